@@ -1,0 +1,3 @@
+"""Corral: a GPU cluster scheduler and orchestrator."""
+
+__version__ = "0.1.0"

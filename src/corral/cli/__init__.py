@@ -1,0 +1,1 @@
+"""Corral cli layer."""

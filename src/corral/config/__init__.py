@@ -1,0 +1,1 @@
+"""Corral config layer."""

@@ -1,0 +1,1 @@
+"""Corral policies layer."""
