@@ -1,0 +1,288 @@
+"""One scheduling cycle: the single entry point that the simulator and the control plane call.
+
+Phases, least disruptive first (DESIGN.md 2): order queues and jobs; admit against quotas;
+allocate whole gangs; for a job still blocked, preempt or reclaim (nominating it to the freed
+GPUs); reserve capacity for the head of each queue blocked by capacity; backfill later jobs
+that do not delay a reservation; reject jobs that can never fit. Starts stay applied to the
+state; reservations are dropped at the end (they are recomputed every cycle).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+
+from corral.core import reserve
+from corral.core.decisions import CycleResult, Nominate, Preempt, Reason, Reject, Reserve, Start, Why
+from corral.core.fairshare import advance_usage
+from corral.core.jobs import PendingJob, QueueState
+from corral.core.model import JobId, Placement, ReplicaPlacement
+from corral.core.placement import Miss, NodeMask, Request, place
+from corral.core.plugins import Profile
+from corral.core.preempt import select_victims
+from corral.core.request import never_fits, request_for, shape_of
+from corral.core.state import ClusterState
+
+
+def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
+    """Run one cycle at time `now` and return its decisions; starts are applied to `state`."""
+    result = CycleResult(now)
+    state.set_order(profile.job_order.key)
+    if profile.usage_half_life:
+        advance_usage(state, now, profile.usage_half_life)
+    _reject_never_fitting(state, profile, result)
+    cycle = _Cycle(state, profile, now, result)
+    try:
+        cycle.run()
+    finally:
+        state.plan.commit()
+        reserve.clear(state, cycle.reservations)
+    cycle.remove_started()
+    return result
+
+
+def _reject_never_fitting(state: ClusterState, profile: Profile, result: CycleResult) -> None:
+    for job in state.unchecked:
+        if job.spec.id not in state.jobs:
+            continue
+        why = never_fits(state, job.spec, request_for(state, job.spec, profile.filters))
+        if why is not None:
+            state.remove_pending(job.spec.id)
+            result.rejections.append(Reject(job.spec.id, why))
+    state.unchecked.clear()
+
+
+def to_placement(state: ClusterState, placed: list[NodeMask]) -> Placement:
+    """Node ids and masks to node names and GPU indices, one entry per replica."""
+    return tuple(
+        ReplicaPlacement(state.specs[n].name, tuple(i for i in range(mask.bit_length()) if mask >> i & 1))
+        for n, mask in placed
+    )
+
+
+class _Cycle:
+    def __init__(self, state: ClusterState, profile: Profile, now: float, result: CycleResult) -> None:
+        self.state = state
+        self.profile = profile
+        self.now = now
+        self.result = result
+        self.reservations: list[reserve.Reservation] = []
+        self.reserved_queues: set[str] = set()
+        self.blocked: dict[tuple[object, ...], Reason] = {}
+        self.started: dict[str, list[JobId]] = {}
+
+    # ---- order ---------------------------------------------------------------------------
+    def run(self) -> None:
+        reasons = self.result.reasons
+        stream = self._global_order() if self.profile.queue_order is None else self._fair_order()
+        for job in stream:
+            self.result.considered += 1
+            started = self.consider(job)
+            if not started and self.profile.head_of_line and job.spec.id in reasons:
+                if reasons[job.spec.id].code in (Why.HELD, Why.BACKOFF):
+                    continue
+                self._block_rest(stream, job.spec.id)
+                return
+
+    def _global_order(self) -> Iterator[PendingJob]:
+        queues = list(self.state.queues.values())
+        for key in heapq.merge(*(list(q.pending_keys) for q in queues)):
+            job = self.state.jobs.get(key[-1])  # type: ignore[call-overload]
+            if job is not None:
+                yield job
+
+    def _fair_order(self) -> Iterator[PendingJob]:
+        order = self.profile.queue_order
+        assert order is not None
+        heap: list[tuple[tuple[object, ...], int, QueueState]] = []
+        positions: dict[int, int] = {}
+        for i, q in enumerate(self.state.queues.values()):
+            if q.pending_keys:
+                heap.append((order.key(q, self.state), i, q))
+                positions[i] = 0
+        heapq.heapify(heap)
+        while heap:
+            _, i, q = heap[0]
+            pos = positions[i]
+            if pos >= len(q.pending_keys):
+                heapq.heappop(heap)
+                continue
+            positions[i] = pos + 1
+            job = q.pending.get(q.pending_keys[pos][-1])  # type: ignore[call-overload]
+            if job is None:
+                continue
+            before = q.effective_gpus
+            yield job
+            if q.effective_gpus != before:
+                heapq.heapreplace(heap, (order.key(q, self.state), i, q))
+
+    def _block_rest(self, stream: Iterator[PendingJob], head: JobId) -> None:
+        reason = Reason(Why.HEAD_OF_LINE, f"waiting behind job {head} (strict FIFO: no job skips the head)")
+        for job in stream:
+            self.result.reasons[job.spec.id] = reason
+
+    # ---- one job ----------------------------------------------------------------------------
+    def consider(self, job: PendingJob) -> bool:
+        spec = job.spec
+        reasons = self.result.reasons
+        if job.held:
+            reasons[spec.id] = Reason(Why.HELD, "held by a user or an admin; `corral release` lets it run")
+            return False
+        if job.not_before > self.now:
+            reasons[spec.id] = Reason(
+                Why.BACKOFF, f"restart backoff: may start at t+{job.not_before - self.now:.0f}s"
+            )
+            return False
+        if job.nomination is not None and self._nominated(job):
+            return True
+        if job.nomination is not None:
+            return False
+        queue = self.state.queues[spec.queue]
+        for admit in self.profile.admits:
+            why = admit.admit(job, queue, self.state)
+            if why is not None:
+                reasons[spec.id] = why
+                return False
+        req = request_for(self.state, spec, self.profile.filters)
+        shape = (shape_of(spec), spec.queue, spec.priority, spec.time_limit)
+        cached = self.blocked.get(shape)
+        if cached is not None:
+            reasons[spec.id] = cached
+            return False
+        placed = place(self.state, req, job.avoid_nodes)
+        if isinstance(placed, list):
+            self._start(job, placed, backfilled=False)
+            return True
+        if self.reservations and spec.time_limit is not None and self._backfill(job, req):
+            return True
+        if self.profile.victims is not None and self._preempt(job, req):
+            return True
+        reasons[spec.id] = self._blocked(job, req, placed)
+        self.blocked[shape] = reasons[spec.id]
+        return False
+
+    def _start(self, job: PendingJob, placed: list[NodeMask], backfilled: bool, allocated: bool = True) -> None:
+        attempt = self.state.start(job, placed, self.now, allocated)
+        self.result.starts.append(Start(job.spec.id, attempt.attempt, to_placement(self.state, placed), backfilled))
+        self.started.setdefault(job.spec.queue, []).append(job.spec.id)
+        self.result.reasons.pop(job.spec.id, None)
+
+    def _nominated(self, job: PendingJob) -> bool:
+        """Start a nominated job once its GPUs are free; drop a nomination that cannot come true."""
+        state = self.state
+        nomination = job.nomination
+        assert nomination is not None
+        broken = any(
+            not state.is_schedulable(n) or state.healthy[n] & mask != mask for n, mask in nomination.placement
+        )
+        busy = any(state.alloc[n] & mask for n, mask in nomination.placement)
+        if broken or (busy and not any(v in state.running for v in nomination.victims)):
+            state.drop_nomination(job)
+            return self.consider(job)
+        if busy:
+            left = [v for v in nomination.victims if v in state.running]
+            self.result.reasons[job.spec.id] = Reason(
+                Why.NOMINATED, f"preempted {', '.join(sorted(left))} for it; starts when they stop"
+            )
+            return False
+        state.drop_nomination(job)
+        self._start(job, nomination.placement, backfilled=False, allocated=False)
+        return True
+
+    def _backfill(self, job: PendingJob, req: Request) -> bool:
+        """Start a job that ends before every reservation it would touch (EASY backfill)."""
+        state = self.state
+        ends_by = self.now + (job.spec.time_limit or 0.0)
+        lifted = [r for r in self.reservations if r.start >= ends_by]
+        if not lifted:
+            return False
+        checkpoint = state.plan.checkpoint()
+        reserve.lift(state, lifted, ends_by)
+        placed = place(state, req, job.avoid_nodes)
+        if not isinstance(placed, list):
+            state.plan.rollback(checkpoint)
+            return False
+        for r in lifted:
+            reserve.hold(state, r)
+        self._start(job, placed, backfilled=True)
+        return True
+
+    def _preempt(self, job: PendingJob, req: Request) -> bool:
+        """Nominate the job to GPUs freed by preempting whole gangs, if the policy allows."""
+        victims_plugin = self.profile.victims
+        assert victims_plugin is not None
+        state = self.state
+        selection = select_victims(state, victims_plugin, job, req, self.now)
+        if selection is None or not selection.victims:
+            return False
+        if not victims_plugin.permit(job, selection.victims, state, self.now):
+            return False
+        placement = to_placement(state, selection.placement)
+        ids = tuple(v.spec.id for v in selection.victims)
+        for v in selection.victims:
+            deadline = self.now + v.spec.checkpoint_grace
+            state.mark_preempting(v.spec.id, deadline, job.spec.id)
+            reason = (
+                f"preempted by {job.spec.id}"
+                if v.spec.queue == job.spec.queue
+                else f"reclaimed by queue {job.spec.queue} for {job.spec.id}"
+            )
+            self.result.preemptions.append(Preempt(v.spec.id, v.attempt, job.spec.id, deadline, reason))
+        state.nominate(job, selection.placement, frozenset(ids), self.now)
+        self.result.nominations.append(Nominate(job.spec.id, placement, ids))
+        self.result.reasons[job.spec.id] = Reason(
+            Why.NOMINATED, f"preempting {', '.join(ids)} to free its GPUs; starts when they stop"
+        )
+        if not any(state.alloc[n] & m for n, m in selection.placement):
+            return self._nominated(job)
+        return False
+
+    def _blocked(self, job: PendingJob, req: Request, miss: Miss) -> Reason:
+        """The reason a job waits for capacity, with its reservation when one is made."""
+        state = self.state
+        text, code = _capacity_text(state, req, miss)
+        queue = job.spec.queue
+        if (
+            self.profile.backfill
+            and queue not in self.reserved_queues
+            and len(self.reservations) < self.profile.max_reservations
+        ):
+            self.reserved_queues.add(queue)
+            found = reserve.earliest_fit(state, req, self.now)
+            if found is None:
+                text += "; no reservation: the GPUs it needs are held by jobs without a time limit"
+            else:
+                found = reserve.Reservation(job.spec.id, found.start, found.capacity)
+                reserve.hold(state, found)
+                self.reservations.append(found)
+                capacity = tuple((state.specs[n].name, c) for n, c in found.capacity)
+                self.result.reservations.append(Reserve(job.spec.id, found.start, capacity))
+                text += f"; reserved to start at t+{found.start - self.now:.0f}s"
+                code = Why.RESERVED
+        return Reason(code, text)
+
+    def remove_started(self) -> None:
+        for name, ids in self.started.items():
+            queue = self.state.queues[name]
+            gone = set(ids)
+            for job_id in ids:
+                job = queue.pending.pop(job_id)
+                del self.state.jobs[job_id]
+                job.key = ()
+            queue.pending_keys = [k for k in queue.pending_keys if k[-1] not in gone]
+
+
+def _capacity_text(state: ClusterState, req: Request, miss: Miss) -> tuple[str, Why]:
+    g, reps = req.gpus_per_replica, req.replicas
+    need = f"{reps} x {g} GPUs" if reps > 1 else f"{g} GPUs"
+    names = state.topology.span_names
+    scope = names[min(miss.span, len(names) - 1)]
+    if scope == "cluster":
+        return f"needs {need}; {miss.best_gpus} GPUs are free in the cluster", Why.CAPACITY
+    if scope in ("nvlink", "node"):
+        scope = "NVLink domain" if scope == "nvlink" else "node"
+        return f"needs {need} inside one {scope} (required); none has room now", Why.TOPOLOGY
+    return (
+        f"needs {need} inside one {scope} (required); the most free in any {scope} is {miss.best_gpus}",
+        Why.TOPOLOGY,
+    )

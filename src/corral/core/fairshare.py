@@ -1,0 +1,120 @@
+"""Fair share: decayed usage, the two tiers of queue order, cohort borrowing and the reclaim rule.
+
+Pure functions over the cluster state, used by the simulator and the control plane alike
+(DESIGN.md 6.3). Quotas and limits count GPUs; weights and usage divide only what lies above
+the quotas; reclaim looks at current allocation, never at decayed usage.
+"""
+
+from __future__ import annotations
+
+import math
+
+from corral.core.jobs import QueueState
+from corral.core.state import ClusterState
+
+
+def decay_usage(usage: float, gpus: float, elapsed: float, half_life: float) -> float:
+    """Decayed GPU-seconds after `elapsed` seconds at a constant `gpus` allocation.
+
+    usage(t) = usage * 2^(-t/h) + gpus * (h / ln 2) * (1 - 2^(-t/h)): the exact integral of
+    an allocation whose past contributions halve every `half_life` seconds.
+    """
+    if elapsed <= 0:
+        return usage
+    factor = 0.5 ** (elapsed / half_life)
+    return usage * factor + gpus * (half_life / math.log(2)) * (1.0 - factor)
+
+
+def advance_usage(state: ClusterState, now: float, half_life: float) -> None:
+    """Bring every queue's decayed usage up to `now` (call once per cycle, before ordering)."""
+    last = state.usage_time
+    state.usage_time = now
+    if last is None:
+        return
+    elapsed = now - last
+    for queue in state.queues.values():
+        queue.usage = decay_usage(queue.usage, queue.alloc_gpus, elapsed, half_life)
+
+
+def usage_share(state: ClusterState, queue: QueueState, half_life: float | None) -> float:
+    """Decayed usage as a fraction of what the whole cluster would accumulate at full use."""
+    if not half_life or not state.total_gpus:
+        return 0.0
+    return queue.usage / (state.total_gpus * half_life / math.log(2))
+
+
+def dominant_share(state: ClusterState, queue: QueueState) -> float:
+    """The largest of the queue's shares of GPUs, CPUs and memory."""
+    shares = [queue.effective_gpus / state.total_gpus if state.total_gpus else 0.0]
+    if state.total_cpus:
+        shares.append(queue.alloc_cpus / state.total_cpus)
+    if state.total_memory:
+        shares.append(queue.alloc_memory / state.total_memory)
+    return max(shares)
+
+
+def surplus_share(state: ClusterState, queue: QueueState, gpus: int) -> float:
+    """GPUs above the quota (after a change of `gpus`) divided by the weight and cluster size."""
+    above = max(0, queue.effective_gpus + gpus - queue.spec.quota)
+    return above / max(1, state.total_gpus) / queue.spec.weight
+
+
+def fair_share_key(state: ClusterState, queue: QueueState, half_life: float | None) -> tuple[int, float, str]:
+    """Two tiers: queues under their quota first (by use over quota), then borrowers by share.
+
+    A borrower's share is its dominant share above its quota plus its decayed usage share,
+    divided by its weight: a team that used a lot recently yields to one that did not.
+    """
+    spec = queue.spec
+    use = queue.effective_gpus
+    if use < spec.quota:
+        return (0, use / spec.quota, spec.name)
+    quota_share = spec.quota / state.total_gpus if state.total_gpus else 0.0
+    above = max(0.0, dominant_share(state, queue) - quota_share)
+    return (1, (above + usage_share(state, queue, half_life)) / spec.weight, spec.name)
+
+
+def cohort_of(queue: QueueState) -> str:
+    """Queues without a cohort share one implicit cohort."""
+    return queue.spec.cohort
+
+
+def _footprint(queue: QueueState, extra: int = 0) -> int:
+    """GPUs a queue takes from its cohort: its use, and never less than its unlendable quota."""
+    spec = queue.spec
+    return max(queue.effective_gpus + extra, spec.quota - spec.lendable)
+
+
+def borrowable(state: ClusterState, queue: QueueState) -> int:
+    """How many more GPUs this queue may use above its quota, from its cohort and the free pool.
+
+    The free pool is every GPU not guaranteed to any queue; each cohort's use beyond its
+    members' quotas draws from it.
+    """
+    cohorts: dict[str, tuple[int, int]] = {}
+    all_quota = 0
+    for q in state.queues.values():
+        foot, quota = cohorts.get(cohort_of(q), (0, 0))
+        cohorts[cohort_of(q)] = (foot + _footprint(q), quota + q.spec.quota)
+        all_quota += q.spec.quota
+    pool = max(0, state.total_gpus - all_quota)
+    mine = cohort_of(queue)
+    others_overflow = sum(max(0, f - quota) for name, (f, quota) in cohorts.items() if name != mine)
+    foot, quota = cohorts[mine]
+    return quota + max(0, pool - others_overflow) - foot
+
+
+def can_reclaim(state: ClusterState, taker: QueueState, need: int, victim: QueueState, freed: int) -> bool:
+    """May `taker` (needing `need` GPUs) take `freed` GPUs from `victim`? (DESIGN.md 6.3)
+
+    Yes if the taker stays within its quota and the victim is above its quota, or, for the
+    surplus, the taker's share after the move is no greater than the victim's. Both sides use
+    current allocation, so two queues never take from each other back and forth.
+    """
+    if taker is victim or cohort_of(taker) != cohort_of(victim):
+        return False
+    if taker.effective_gpus + need <= taker.spec.quota and victim.effective_gpus > victim.spec.quota:
+        return True
+    return surplus_share(state, taker, need) <= surplus_share(state, victim, -freed) and (
+        victim.effective_gpus > victim.spec.quota
+    )

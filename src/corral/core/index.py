@@ -1,0 +1,120 @@
+"""Free-count buckets: for every topology domain and node class, the nodes by available GPUs.
+
+`buckets[domain][cls][k]` is an insertion-ordered set (a dict) of the nodes of class `cls`
+inside `domain` with exactly `k` GPUs available. Best fit is the first non-empty bucket at or
+above the need; a domain's capacity for replicas of `g` GPUs is `sum(len(b[k]) * (k // g))`.
+Moving a node between buckets costs one dict delete and insert per level: no scans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+Bucket = dict[int, None]
+
+
+class FreeIndex:
+    """Nodes bucketed by available GPUs, per domain and node class."""
+
+    __slots__ = ("_node_lists", "avail", "buckets", "class_gpus")
+
+    def __init__(self) -> None:
+        self.buckets: list[dict[int, list[Bucket]]] = []
+        self.class_gpus: list[int] = []
+        self.avail: list[int] = []
+        # for each node, the bucket list of every domain that holds it (root first)
+        self._node_lists: list[list[list[Bucket]]] = []
+
+    def add_class(self, gpus: int) -> int:
+        self.class_gpus.append(gpus)
+        return len(self.class_gpus) - 1
+
+    def add_domain(self) -> None:
+        self.buckets.append({})
+
+    def add_node(self, node: int, cls: int, domains: Sequence[int]) -> None:
+        size = self.class_gpus[cls] + 1
+        lists = []
+        for dom in domains:
+            per_class = self.buckets[dom]
+            bl = per_class.get(cls)
+            if bl is None:
+                bl = per_class[cls] = [{} for _ in range(size)]
+            bl[0][node] = None
+            lists.append(bl)
+        self._node_lists.append(lists)
+        self.avail.append(0)
+
+    def move(self, node: int, new: int) -> None:
+        old = self.avail[node]
+        if old == new:
+            return
+        self.avail[node] = new
+        for bl in self._node_lists[node]:
+            del bl[old][node]
+            bl[new][node] = None
+
+    def best_fit(self, domain: int, classes: Iterable[int], need: int) -> int:
+        """The node with the fewest available GPUs that still has `need`; -1 when none."""
+        best, best_k = -1, 1 << 30
+        per_class = self.buckets[domain]
+        for cls in classes:
+            bl = per_class.get(cls)
+            if bl is None:
+                continue
+            for k in range(need, min(len(bl), best_k)):
+                bucket = bl[k]
+                if bucket:
+                    best, best_k = next(iter(bucket)), k
+                    break
+        return best
+
+    def capacity(self, domain: int, classes: Iterable[int], gpus_per_replica: int) -> tuple[int, int]:
+        """(replicas of `gpus_per_replica` that fit, available GPUs) inside a domain."""
+        replicas = total = 0
+        per_class = self.buckets[domain]
+        for cls in classes:
+            bl = per_class.get(cls)
+            if bl is None:
+                continue
+            for k in range(1, len(bl)):
+                count = len(bl[k])
+                if count:
+                    total += count * k
+                    replicas += count * (k // gpus_per_replica)
+        return replicas, total
+
+    def nodes_needed(self, domain: int, classes: Iterable[int], gpus_per_replica: int, replicas: int) -> int:
+        """Fewest nodes of the domain that hold `replicas` (largest first); 1 << 30 when they cannot."""
+        per_k: dict[int, int] = {}
+        per_class = self.buckets[domain]
+        for cls in classes:
+            bl = per_class.get(cls)
+            if bl is None:
+                continue
+            for k in range(gpus_per_replica, len(bl)):
+                if bl[k]:
+                    per_k[k] = per_k.get(k, 0) + len(bl[k])
+        left, nodes = replicas, 0
+        for k in sorted(per_k, reverse=True):
+            fit = k // gpus_per_replica
+            count = per_k[k]
+            take = min(count, -(-left // fit))
+            nodes += take
+            left -= take * fit
+            if left <= 0:
+                return nodes
+        return 1 << 30
+
+    def nodes_by_avail(self, domain: int, classes: Iterable[int], at_least: int, descending: bool) -> list[int]:
+        """Nodes of a domain with at least `at_least` available GPUs, ordered by availability."""
+        per_class = self.buckets[domain]
+        by_k: list[tuple[int, int]] = []
+        for cls in classes:
+            bl = per_class.get(cls)
+            if bl is None:
+                continue
+            for k in range(max(at_least, 1), len(bl)):
+                by_k.extend((k, n) for n in bl[k])
+        by_k.sort(key=lambda kn: -kn[0] if descending else kn[0])
+        return [n for _, n in by_k]

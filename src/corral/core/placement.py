@@ -1,0 +1,259 @@
+"""Domain-first gang placement: the tightest span that holds the whole gang, then best fit.
+
+A gang is placed as a whole or not at all: the tightest span that can hold it is chosen first
+(one NVLink domain, one node, then the cluster file's levels from the innermost out, then the
+cluster); among the domains of that span, the one that needs the fewest nodes and leaves the
+least capacity unused; inside it, nodes best fit first. GPUs inside a node come from the NVLink
+group that fits most tightly. Allocation goes through the plan, so a caller can roll it back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.core.model import Launch
+from corral.core.state import ClusterState
+
+NodeMask = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What a gang needs, resolved against the node classes (cached per job shape)."""
+
+    replicas: int
+    gpus_per_replica: int
+    classes: tuple[int, ...]
+    max_span: int  # loosest span allowed (a required pack), else the cluster
+    per_node: bool
+    cpus: int
+    memory: float
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.gpus_per_replica
+
+
+@dataclass(slots=True)
+class Miss:
+    """Why a gang did not fit now: the most replicas any allowed domain could hold."""
+
+    span: int
+    best_replicas: int
+    best_gpus: int
+
+
+def place(state: ClusterState, req: Request, avoid: frozenset[int] = frozenset()) -> list[NodeMask] | Miss:
+    """Allocate the gang through the plan and return (node, GPU mask) per replica, or a Miss."""
+    if req.gpus_per_replica == 0 or req.per_node:
+        return _place_scan(state, req, avoid)
+    index = state.index
+    classes = req.classes
+    g, total = req.gpus_per_replica, req.gpus
+    root_cap, root_free = index.capacity(0, classes, g)
+    if root_cap < req.replicas:
+        return Miss(len(state.topology.span_names) - 1, root_cap, root_free)
+    n_spans = len(state.topology.span_names)
+    node = _nvlink_fit(state, req)
+    if node >= 0:
+        return _take(state, req, [(node, req.replicas)])
+    if req.max_span == 0:
+        return Miss(0, 0, 0)
+    node = index.best_fit(0, classes, total)
+    if node >= 0 and node not in avoid:
+        return _take(state, req, [(node, req.replicas)])
+    topo = state.topology
+    for span in range(2, min(req.max_span, n_spans - 1) + 1):
+        depth = topo.depth_of_span(span)
+        best: tuple[int, int, int] | None = None
+        for dom in topo.by_depth[depth]:
+            cap, free = index.capacity(dom, classes, g)
+            if cap < req.replicas:
+                continue
+            key = (index.nodes_needed(dom, classes, g, req.replicas), free - total, dom)
+            if best is None or key < best:
+                best = key
+        if best is not None:
+            placed = _fill(state, req, best[2], avoid)
+            if placed is not None:
+                return placed
+    if req.max_span < n_spans - 1:
+        return Miss(req.max_span, *_best_in_span(state, req, req.max_span))
+    placed = _fill(state, req, 0, avoid)
+    return placed if placed is not None else Miss(n_spans - 1, root_cap, root_free)
+
+
+def _nvlink_fit(state: ClusterState, req: Request) -> int:
+    """The node whose best NVLink group fits the whole gang most tightly; -1 when none."""
+    total = req.gpus
+    single = [c for c in req.classes if state.classes[c].nvlink_groups == 1]
+    multi = [c for c in req.classes if state.classes[c].nvlink_groups > 1 and state.classes[c].largest_group >= total]
+    node = state.index.best_fit(0, single, total) if single else -1
+    if multi:
+        other = state.nvl_index.best_fit(0, multi, total)
+        if other >= 0 and (node < 0 or state.nvl_index.avail[other] < state.index.avail[node]):
+            node = other
+    return node
+
+
+def _best_in_span(state: ClusterState, req: Request, span: int) -> tuple[int, int]:
+    if span <= 1:
+        return 0, 0
+    depth = state.topology.depth_of_span(span)
+    return max(
+        (state.index.capacity(d, req.classes, req.gpus_per_replica) for d in state.topology.by_depth[depth]),
+        default=(0, 0),
+    )
+
+
+def _fill(state: ClusterState, req: Request, domain: int, avoid: frozenset[int]) -> list[NodeMask] | None:
+    """Fill one domain node by node: the smallest node holding the rest, else the largest node."""
+    index = state.index
+    g = req.gpus_per_replica
+    left = req.replicas
+    chosen: list[tuple[int, int]] = []
+    skip = set(avoid)
+    checkpoint = state.plan.checkpoint()
+    while left:
+        node = _smallest_holding(state, req, domain, left, skip)
+        if node >= 0:
+            chosen.append((node, left))
+            break
+        node, fit = _largest(state, req, domain, skip)
+        if node < 0:
+            state.plan.rollback(checkpoint)
+            return None
+        chosen.append((node, fit))
+        skip.add(node)
+        left -= fit
+    del index
+    return _take(state, req, chosen)
+
+
+def _node_fits(state: ClusterState, req: Request, node: int) -> int:
+    """How many replicas of the gang a node can take now (GPUs, CPUs and memory)."""
+    fit = state.index.avail[node] // req.gpus_per_replica
+    if req.cpus:
+        fit = min(fit, state.free_cpus[node] // req.cpus)
+    if req.memory:
+        fit = min(fit, int(state.free_memory[node] // req.memory))
+    return fit
+
+
+def _smallest_holding(state: ClusterState, req: Request, domain: int, reps: int, skip: set[int]) -> int:
+    need = reps * req.gpus_per_replica
+    per_class = state.index.buckets[domain]
+    best, best_k = -1, 1 << 30
+    for cls in req.classes:
+        bl = per_class.get(cls)
+        if bl is None:
+            continue
+        for k in range(need, min(len(bl), best_k)):
+            found = next((n for n in bl[k] if n not in skip and _node_fits(state, req, n) >= reps), -1)
+            if found >= 0:
+                best, best_k = found, k
+                break
+    return best
+
+
+def _largest(state: ClusterState, req: Request, domain: int, skip: set[int]) -> tuple[int, int]:
+    per_class = state.index.buckets[domain]
+    best, best_fit = -1, 0
+    for cls in req.classes:
+        bl = per_class.get(cls)
+        if bl is None:
+            continue
+        for k in range(len(bl) - 1, req.gpus_per_replica - 1, -1):
+            if k // req.gpus_per_replica <= best_fit:
+                break
+            for n in bl[k]:
+                if n in skip:
+                    continue
+                fit = _node_fits(state, req, n)
+                if fit > best_fit:
+                    best, best_fit = n, fit
+                    break
+    return best, best_fit
+
+
+def _take(state: ClusterState, req: Request, chosen: list[tuple[int, int]]) -> list[NodeMask]:
+    """Pick GPUs inside each chosen node and allocate them; one entry per replica, rank order."""
+    result: list[NodeMask] = []
+    g = req.gpus_per_replica
+    for node, reps in chosen:
+        free = state.free_mask(node)
+        groups = state.group_masks[node]
+        for _ in range(reps):
+            mask = pick_gpus(free, groups, g)
+            free &= ~mask
+            result.append((node, mask))
+            state.take(node, mask, req.cpus, req.memory, req.per_node)
+    return result
+
+
+def pick_gpus(free: int, groups: tuple[int, ...], count: int) -> int:
+    """`count` GPUs from `free`: inside the tightest NVLink group that holds them, else fewest groups."""
+    best_group, best_free = 0, 1 << 30
+    for group in groups:
+        n = (free & group).bit_count()
+        if count <= n < best_free:
+            best_group, best_free = group, n
+    if best_group:
+        return _lowest_bits(free & best_group, count)
+    mask = 0
+    for group in sorted(groups, key=lambda gm: -(free & gm).bit_count()):
+        take = min(count - mask.bit_count(), (free & group).bit_count())
+        mask |= _lowest_bits(free & group, take)
+        if mask.bit_count() == count:
+            break
+    return mask
+
+
+def _lowest_bits(bits: int, count: int) -> int:
+    mask = 0
+    while count > 0 and bits:
+        low = bits & -bits
+        mask |= low
+        bits ^= low
+        count -= 1
+    return mask
+
+
+def _place_scan(state: ClusterState, req: Request, avoid: frozenset[int]) -> list[NodeMask] | Miss:
+    """Node-exclusive (per_node) and GPU-less gangs: scan schedulable idle nodes, domain first."""
+    topo = state.topology
+    g = req.gpus_per_replica
+    allowed = set(req.classes)
+
+    def usable(n: int) -> bool:
+        if n in avoid or state.node_class[n] not in allowed or not state.is_schedulable(n):
+            return False
+        if req.per_node and (state.alloc[n] or state.held[n]):
+            return False
+        return state.index.avail[n] >= g and _node_fits_scan(state, req, n)
+
+    last = len(topo.span_names) - 1
+    spans = [1] if req.replicas == 1 else list(range(2, min(req.max_span, last) + 1))
+    most = 0
+    for span in spans:
+        depth = 0 if span in (1, last) else topo.depth_of_span(span)
+        best: list[int] | None = None
+        for dom in topo.by_depth[depth]:
+            nodes = [n for n in topo.domains[dom].nodes if usable(n)]
+            most = max(most, len(nodes))
+            if len(nodes) >= req.replicas and (best is None or len(nodes) < len(best)):
+                best = nodes
+        if best is not None:
+            best.sort(key=lambda n: state.index.avail[n])
+            return _take(state, req, [(n, 1) for n in best[: req.replicas]])
+    return Miss(req.max_span, most, most * g)
+
+
+def _node_fits_scan(state: ClusterState, req: Request, node: int) -> bool:
+    return (not req.cpus or state.free_cpus[node] >= req.cpus) and (
+        not req.memory or state.free_memory[node] >= req.memory
+    )
+
+
+def is_per_node(launch: Launch) -> bool:
+    return launch is Launch.PER_NODE

@@ -1,0 +1,74 @@
+"""The extension points of a cycle, one small protocol each, and the profile that combines them.
+
+Plugins live in `corral.policies`; the core only knows these protocols (STYLE.md: one narrow
+interface per extension point, outcomes as values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from corral.core.decisions import Reason
+from corral.core.jobs import PendingJob, QueueState, RunningAttempt
+from corral.core.model import JobSpec
+from corral.core.state import ClusterState, NodeClass
+
+
+class JobOrder(Protocol):
+    """The position of a pending job inside its queue (smaller first); static while it waits."""
+
+    def key(self, job: PendingJob) -> tuple[object, ...]: ...
+
+
+class QueueOrder(Protocol):
+    """Which queue is served next (smaller first); recomputed after each start in the queue."""
+
+    def key(self, queue: QueueState, state: ClusterState) -> tuple[object, ...]: ...
+
+
+class Admit(Protocol):
+    """Quotas and limits: None admits the job, a Reason keeps it waiting."""
+
+    def admit(self, job: PendingJob, queue: QueueState, state: ClusterState) -> Reason | None: ...
+
+
+class NodeFilter(Protocol):
+    """Whether a job may run on a class of identical nodes (static attributes only)."""
+
+    def allows(self, job: JobSpec, node_class: NodeClass) -> bool: ...
+
+
+class Victims(Protocol):
+    """Which running attempts a blocked job may preempt, and in which order to take them."""
+
+    def eligible(self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float) -> bool: ...
+
+    def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]: ...
+
+    def permit(
+        self, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState, now: float
+    ) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A named policy: which plugins, with which settings (built by `corral.policies`).
+
+    `queue_order` None means one global order of all pending jobs by `job_order` (fifo, sjf,
+    las); `head_of_line` stops the cycle at the first job that cannot start (strict FIFO).
+    """
+
+    name: str
+    job_order: JobOrder
+    queue_order: QueueOrder | None
+    admits: tuple[Admit, ...] = ()
+    filters: tuple[NodeFilter, ...] = ()
+    victims: Victims | None = None
+    head_of_line: bool = False
+    backfill: bool = True
+    max_reservations: int = 8
+    usage_half_life: float | None = None
+    description: str = ""
+    args: dict[str, object] = field(default_factory=dict)

@@ -1,0 +1,127 @@
+"""From a job to what placement needs: the node classes it may use and its pack level; and
+whether it can ever fit the static capacity (DESIGN.md 4.8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fnmatch import fnmatchcase
+
+from corral.core.model import JobSpec, Launch
+from corral.core.placement import Request
+from corral.core.plugins import NodeFilter
+from corral.core.state import ClusterState, NodeClass
+
+
+def shape_of(spec: JobSpec) -> tuple[object, ...]:
+    """Everything about a job that placement depends on (jobs of one shape place alike)."""
+    return (
+        spec.replicas,
+        spec.gpus_per_replica,
+        spec.gpu_model,
+        spec.gpu_memory_gib,
+        tuple(sorted(spec.node_selector.items())),
+        spec.topology.pack,
+        spec.topology.required,
+        spec.launch,
+        spec.cpus_per_replica,
+        spec.memory_gib_per_replica,
+    )
+
+
+def allows(spec: JobSpec, node_class: NodeClass) -> bool:
+    """The built-in filters: GPU model (glob), GPU memory, labels, GPUs per node."""
+    node = node_class.spec
+    if spec.gpus_per_replica > node.gpus:
+        return False
+    if spec.gpu_model and not any(fnmatchcase(node.gpu_model, pattern) for pattern in spec.gpu_model):
+        return False
+    if spec.gpu_memory_gib and node.gpu_memory_gib < spec.gpu_memory_gib:
+        return False
+    if spec.cpus_per_replica and node.cpus and spec.cpus_per_replica > node.cpus:
+        return False
+    if spec.memory_gib_per_replica and node.memory_gib and spec.memory_gib_per_replica > node.memory_gib:
+        return False
+    return all(node.labels.get(k) == v for k, v in spec.node_selector.items())
+
+
+def request_for(state: ClusterState, spec: JobSpec, filters: Sequence[NodeFilter] = ()) -> Request:
+    """The placement request of a job, cached per shape until the cluster's capacity changes."""
+    cache = state.cache
+    key = ("request", shape_of(spec), tuple(id(f) for f in filters))
+    cached = cache.get(key)
+    if isinstance(cached, Request):
+        return cached
+    classes = tuple(
+        c.id for c in state.classes if allows(spec, c) and all(f.allows(spec, c) for f in filters)
+    )
+    last = len(state.topology.span_names) - 1
+    max_span = last
+    if spec.topology.pack is not None and spec.topology.required:
+        max_span = state.topology.span_index(spec.topology.pack)
+    req = Request(
+        spec.replicas,
+        spec.gpus_per_replica,
+        classes,
+        max_span,
+        spec.launch is Launch.PER_NODE,
+        spec.cpus_per_replica,
+        spec.memory_gib_per_replica,
+    )
+    cache[key] = req
+    return req
+
+
+def never_fits(state: ClusterState, spec: JobSpec, req: Request) -> str | None:
+    """Why a job can never run on the static capacity (every node, whatever its state), or None."""
+    queue = state.queues.get(spec.queue)
+    if queue is None:
+        return f"unknown queue {spec.queue!r}; known: {', '.join(sorted(state.queues))}"
+    limit = queue.spec.limit
+    if limit is not None and spec.gpus > limit:
+        return f"needs {spec.gpus} GPUs but queue {spec.queue} is limited to {limit}"
+    if not spec.preemptible and spec.gpus > queue.spec.quota:
+        return (
+            f"non-preemptible jobs run only inside the queue's guaranteed quota: needs {spec.gpus} GPUs, "
+            f"queue {spec.queue} guarantees {queue.spec.quota}; submit it as preemptible"
+        )
+    if not req.classes:
+        models = sorted({c.spec.gpu_model for c in state.classes if c.spec.gpu_model})
+        return (
+            f"no node can hold a replica of {spec.gpus_per_replica} GPUs"
+            + (f" of model {'|'.join(spec.gpu_model)}" if spec.gpu_model else "")
+            + (f"; models in the cluster: {', '.join(models)}" if models else "")
+        )
+    most = _static_capacity(state, req)
+    if most < spec.replicas:
+        scope = state.topology.span_names[req.max_span]
+        where = "the whole cluster" if scope == "cluster" else f"one {scope}"
+        return (
+            f"needs {spec.replicas} replicas of {spec.gpus_per_replica} GPUs inside {where}, "
+            f"which holds at most {most} even when empty"
+        )
+    return None
+
+
+def _static_capacity(state: ClusterState, req: Request) -> int:
+    """Most replicas any allowed domain holds when every node is empty and healthy."""
+    allowed = set(req.classes)
+    topo = state.topology
+    g = req.gpus_per_replica
+
+    def replicas_on(node: int) -> int:
+        if state.node_class[node] not in allowed:
+            return 0
+        if req.per_node or g == 0:
+            return 1
+        return state.specs[node].gpus // g
+
+    if req.max_span <= 1:
+        best = max((replicas_on(n) for n in range(len(state.specs))), default=0)
+        if req.max_span == 0:
+            groups = max((state.classes[c].largest_group for c in req.classes), default=0)
+            return req.replicas if groups >= req.gpus else 0
+        return best
+    last = len(topo.span_names) - 1
+    depth = 0 if req.max_span >= last else topo.depth_of_span(req.max_span)
+    return max((sum(replicas_on(n) for n in topo.domains[d].nodes) for d in topo.by_depth[depth]), default=0)

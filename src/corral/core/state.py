@@ -1,0 +1,414 @@
+"""Cluster state kept incrementally: nodes' GPU masks, the free-count index, attempts and queues.
+
+Adapters (the simulator, the control plane) own one `ClusterState` and tell it what happened
+(a node joined, an attempt ended); a cycle changes it only through the plan, so that any
+tentative change can be rolled back. Nothing here reads a clock: times are parameters.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from corral.core.errors import InvariantError
+from corral.core.index import FreeIndex
+from corral.core.jobs import NO_END, Nomination, PendingJob, QueueState, RunningAttempt
+from corral.core.model import (
+    DEFAULT_PRIORITY_CLASSES,
+    JobId,
+    JobSpec,
+    Launch,
+    NodeName,
+    NodeSpec,
+    NodeState,
+    PriorityClass,
+    QueueName,
+    QueueSpec,
+)
+from corral.core.plan import Plan
+from corral.core.topology import ClusterTopology
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClass:
+    """Nodes that a filter cannot tell apart: same GPUs, model, memory, CPUs, NVLink and labels."""
+
+    id: int
+    spec: NodeSpec  # the first node of the class, for filters
+    nvlink_groups: int
+    largest_group: int
+
+
+class ClusterState:
+    """Everything a cycle works on, changed only through `plan` (or by adapters between cycles)."""
+
+    def __init__(
+        self,
+        levels: Sequence[str] = (),
+        queues: Iterable[QueueSpec] = (),
+        priority_classes: Iterable[PriorityClass] = DEFAULT_PRIORITY_CLASSES,
+    ) -> None:
+        self.topology = ClusterTopology(levels)
+        self.plan = Plan()
+        self.index = FreeIndex()
+        self.nvl_index = FreeIndex()  # root-level buckets by free GPUs in the best NVLink group
+        self.index.add_domain()
+        self.nvl_index.add_domain()
+        self.specs: list[NodeSpec] = []
+        self.node_ids: dict[NodeName, int] = {}
+        self.node_class: list[int] = []
+        self.classes: list[NodeClass] = []
+        self._class_keys: dict[tuple[object, ...], int] = {}
+        self.group_masks: list[tuple[int, ...]] = []
+        self.node_state: list[NodeState] = []
+        self.healthy: list[int] = []
+        self.alloc: list[int] = []
+        self.held: list[int] = []
+        self.reserved: list[int] = []
+        self.exclusive: list[bool] = []
+        self.free_cpus: list[int] = []
+        self.free_memory: list[float] = []
+        self.total_gpus = self.total_cpus = 0
+        self.total_memory = 0.0
+        self.running: dict[JobId, RunningAttempt] = {}
+        self.by_end: list[tuple[float, int, JobId]] = []
+        self._start_seq = 0
+        self.queues: dict[QueueName, QueueState] = {q.name: QueueState(q) for q in queues}
+        self.priority_classes: dict[str, PriorityClass] = {p.name: p for p in priority_classes}
+        self.min_runtime_by_value: dict[int, float] = {p.value: p.min_runtime for p in priority_classes}
+        self.jobs: dict[JobId, PendingJob] = {}  # every pending job, by id
+        self.unchecked: list[PendingJob] = []  # submitted since the last cycle: feasibility not checked
+        self.usage_time: float | None = None
+        self.generation = 0  # bumped whenever static capacity changes (nodes, queues)
+        self.cache: dict[object, object] = {}
+        self.key_fn: Callable[[PendingJob], tuple[object, ...]] | None = None  # per-shape results valid until `generation` changes
+
+    # ---- nodes -------------------------------------------------------------------------
+    def add_node(self, spec: NodeSpec, state: NodeState = NodeState.UP) -> int:
+        if spec.name in self.node_ids:
+            raise ValueError(f"node {spec.name} is already in the cluster")
+        node = len(self.specs)
+        topo_labels = set(self.topology.levels)
+        key = (
+            spec.gpus,
+            spec.gpu_model,
+            spec.gpu_memory_gib,
+            spec.cpus,
+            spec.memory_gib,
+            spec.nvlink,
+            tuple(sorted((k, v) for k, v in spec.labels.items() if k not in topo_labels)),
+        )
+        cls = self._class_keys.get(key)
+        if cls is None:
+            cls = self.index.add_class(spec.gpus)
+            self.nvl_index.add_class(spec.gpus)
+            self._class_keys[key] = cls
+            largest = max((len(g) for g in spec.nvlink), default=0)
+            self.classes.append(NodeClass(cls, spec, len(spec.nvlink), largest))
+        before = len(self.topology.domains)
+        domains = self.topology.add_node(spec)
+        for _ in range(len(self.topology.domains) - before):
+            self.index.add_domain()
+        self.index.add_node(node, cls, domains)
+        self.nvl_index.add_node(node, cls, (0,))
+        self.specs.append(spec)
+        self.node_ids[spec.name] = node
+        self.node_class.append(cls)
+        self.group_masks.append(tuple(sum(1 << i for i in g) for g in spec.nvlink))
+        self.node_state.append(state)
+        self.healthy.append((1 << spec.gpus) - 1)
+        self.alloc.append(0)
+        self.held.append(0)
+        self.reserved.append(0)
+        self.exclusive.append(False)
+        self.free_cpus.append(spec.cpus)
+        self.free_memory.append(spec.memory_gib)
+        self.total_gpus += spec.gpus
+        self.total_cpus += spec.cpus
+        self.total_memory += spec.memory_gib
+        self.generation += 1
+        self.cache.clear()
+        self._refresh(node)
+        return node
+
+    def set_node_state(self, name: NodeName, state: NodeState) -> None:
+        node = self.node_ids[name]
+        self.node_state[node] = state
+        self._refresh(node)
+
+    def set_gpu_health(self, name: NodeName, gpu: int, healthy: bool) -> None:
+        node = self.node_ids[name]
+        bit = 1 << gpu
+        self.healthy[node] = (self.healthy[node] | bit) if healthy else (self.healthy[node] & ~bit)
+        self._refresh(node)
+
+    def free_mask(self, node: int) -> int:
+        """GPUs of a node that are healthy, unallocated and not held for a nominated job."""
+        return self.healthy[node] & ~self.alloc[node] & ~self.held[node]
+
+    def is_schedulable(self, node: int) -> bool:
+        return self.node_state[node] is NodeState.UP and not self.exclusive[node]
+
+    def _refresh(self, node: int) -> None:
+        """Recompute a node's available count (free minus reserved) and move it in the buckets."""
+        if self.node_state[node] is not NodeState.UP or self.exclusive[node]:
+            self.index.move(node, 0)
+            self.nvl_index.move(node, 0)
+            return
+        free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
+        avail = max(0, free.bit_count() - self.reserved[node])
+        self.index.move(node, avail)
+        masks = self.group_masks[node]
+        if len(masks) > 1:
+            best = max((free & m).bit_count() for m in masks)
+            self.nvl_index.move(node, min(best, avail))
+
+    # ---- tentative changes, through the plan -------------------------------------------
+    def take(self, node: int, mask: int, cpus: int, memory: float, exclusive: bool) -> None:
+        """Allocate GPUs (and CPUs, memory) of a node; undone by rollback."""
+        if self.alloc[node] & mask:
+            raise InvariantError(f"GPU mask {mask:#x} of node {self.specs[node].name} is already allocated")
+        self.alloc[node] |= mask
+        self.free_cpus[node] -= cpus
+        self.free_memory[node] -= memory
+        if exclusive:
+            self.exclusive[node] = True
+        self._refresh(node)
+        self.plan.record(self._untake, node, mask, cpus, memory, exclusive)
+
+    def _untake(self, node: int, mask: int, cpus: int, memory: float, exclusive: bool) -> None:
+        self.alloc[node] &= ~mask
+        self.free_cpus[node] += cpus
+        self.free_memory[node] += memory
+        if exclusive:
+            self.exclusive[node] = False
+        self._refresh(node)
+
+    def give_back(self, node: int, mask: int, cpus: int, memory: float, exclusive: bool) -> None:
+        """Release GPUs of a node; undone by rollback."""
+        if self.alloc[node] & mask != mask:
+            raise InvariantError(f"GPU mask {mask:#x} of node {self.specs[node].name} is not allocated")
+        self._untake(node, mask, cpus, memory, exclusive)
+        self.plan.record(self._retake, node, mask, cpus, memory, exclusive)
+
+    def _retake(self, node: int, mask: int, cpus: int, memory: float, exclusive: bool) -> None:
+        self.alloc[node] |= mask
+        self.free_cpus[node] -= cpus
+        self.free_memory[node] -= memory
+        if exclusive:
+            self.exclusive[node] = True
+        self._refresh(node)
+
+    def set_reserved(self, node: int, count: int) -> None:
+        self.plan.record(self._set_reserved_raw, node, self.reserved[node])
+        self._set_reserved_raw(node, count)
+
+    def reset_reserved(self, node: int) -> None:
+        """Drop a node's reservations outside the plan (at the end of a cycle)."""
+        self._set_reserved_raw(node, 0)
+
+    def _set_reserved_raw(self, node: int, count: int) -> None:
+        self.reserved[node] = count
+        self._refresh(node)
+
+    def set_held(self, node: int, mask: int) -> None:
+        self.plan.record(self._set_held_raw, node, self.held[node])
+        self._set_held_raw(node, mask)
+
+    def _set_held_raw(self, node: int, mask: int) -> None:
+        self.held[node] = mask
+        self._refresh(node)
+
+    def add_queue_use(self, queue: QueueState, gpus: int, cpus: int, memory: float) -> None:
+        queue.alloc_gpus += gpus
+        queue.alloc_cpus += cpus
+        queue.alloc_memory += memory
+        self.plan.record(self._sub_queue_use, queue, gpus, cpus, memory)
+
+    @staticmethod
+    def _sub_queue_use(queue: QueueState, gpus: int, cpus: int, memory: float) -> None:
+        queue.alloc_gpus -= gpus
+        queue.alloc_cpus -= cpus
+        queue.alloc_memory -= memory
+
+    def attempt_resources(self, attempt: RunningAttempt) -> Iterable[tuple[int, int, int, float]]:
+        """(node, mask, cpus, memory) per replica of an attempt."""
+        spec = attempt.spec
+        for node, mask in attempt.placement:
+            yield node, mask, spec.cpus_per_replica, spec.memory_gib_per_replica
+
+    # ---- adapters' view of jobs ----------------------------------------------------------
+    def queue(self, name: QueueName) -> QueueState:
+        try:
+            return self.queues[name]
+        except KeyError:
+            raise KeyError(f"unknown queue {name!r}; known: {', '.join(sorted(self.queues))}") from None
+
+    def add_queue(self, spec: QueueSpec) -> None:
+        if spec.name in self.queues:
+            self.queues[spec.name].spec = spec
+        else:
+            self.queues[spec.name] = QueueState(spec)
+        self.generation += 1
+        self.cache.clear()
+
+    def submit(self, spec: JobSpec, attempts: int = 0, attained: float = 0.0) -> PendingJob:
+        """Add a job to its queue's pending list; the next cycle checks it can ever fit."""
+        if spec.id in self.jobs or spec.id in self.running:
+            raise ValueError(f"job {spec.id} is already known")
+        job = PendingJob(spec, attempts=attempts, attained=attained)
+        self._enqueue(job)
+        self.unchecked.append(job)
+        return job
+
+    def _enqueue(self, job: PendingJob) -> None:
+        queue = self.queue(job.spec.queue)
+        job.key = self.order_key(job)
+        queue.pending[job.spec.id] = job
+        insort(queue.pending_keys, job.key)
+        self.jobs[job.spec.id] = job
+
+    def order_key(self, job: PendingJob) -> tuple[object, ...]:
+        """Position in the queue: the policy's key, else priority, submit time, sequence, id."""
+        if self.key_fn is not None:
+            return self.key_fn(job)
+        s = job.spec
+        return (-s.priority, s.submit_time, s.seq, s.id)
+
+    def set_order(self, key_fn: Callable[[PendingJob], tuple[object, ...]] | None) -> None:
+        """Use a policy's job order (re-sorting the pending jobs if it changed)."""
+        if key_fn != self.key_fn:
+            self.key_fn = key_fn
+            self.resort()
+
+    def remove_pending(self, job_id: JobId) -> PendingJob:
+        job = self.jobs.pop(job_id)
+        queue = self.queues[job.spec.queue]
+        del queue.pending[job_id]
+        keys = queue.pending_keys
+        i = bisect_left(keys, job.key)
+        if i >= len(keys) or keys[i] != job.key:
+            raise InvariantError(f"job {job_id} missing from the order of queue {job.spec.queue}")
+        del keys[i]
+        if job.nomination is not None:
+            self.drop_nomination(job)
+        return job
+
+    def resort(self) -> None:
+        """Recompute every pending job's order key (after the order policy changed)."""
+        for queue in self.queues.values():
+            for job in queue.pending.values():
+                job.key = self.order_key(job)
+            queue.pending_keys = sorted(j.key for j in queue.pending.values())
+
+    # ---- attempts ----------------------------------------------------------------------
+    def start(
+        self, job: PendingJob, placement: list[tuple[int, int]], now: float, allocated: bool = False
+    ) -> RunningAttempt:
+        """Start the next attempt of a pending job on a placement (GPUs must be free).
+
+        `allocated` says placement already took the GPUs (through the plan).
+        """
+        spec = job.spec
+        exclusive = spec.launch is Launch.PER_NODE
+        if not allocated:
+            for node, mask in placement:
+                self.take(node, mask, spec.cpus_per_replica, spec.memory_gib_per_replica, exclusive)
+        queue = self.queues[spec.queue]
+        self.add_queue_use(queue, spec.gpus, spec.cpus_per_replica * spec.replicas,
+                           spec.memory_gib_per_replica * spec.replicas)
+        limit_end = now + spec.time_limit if spec.time_limit is not None else NO_END
+        attempt = RunningAttempt(job, job.attempts + 1, placement, now, limit_end, now,
+                                 spec.cpus_per_replica, spec.memory_gib_per_replica, exclusive)
+        self._add_running(attempt)
+        return attempt
+
+    def _add_running(self, attempt: RunningAttempt) -> None:
+        job_id = attempt.spec.id
+        if job_id in self.running:
+            raise InvariantError(f"job {job_id} already has a live attempt")
+        self.running[job_id] = attempt
+        self._start_seq += 1
+        attempt.end_key = (attempt.expected_end, self._start_seq, job_id)
+        insort(self.by_end, attempt.end_key)
+        self.plan.record(self._remove_running_raw, job_id)
+
+    def _remove_running_raw(self, job_id: JobId) -> RunningAttempt:
+        attempt = self.running.pop(job_id)
+        self._drop_end_key(attempt)
+        return attempt
+
+    def _drop_end_key(self, attempt: RunningAttempt) -> None:
+        key = attempt.end_key
+        i = bisect_left(self.by_end, key) if key is not None else len(self.by_end)
+        if i >= len(self.by_end) or self.by_end[i] != key:
+            raise InvariantError(f"attempt of {attempt.spec.id} missing from the end-time order")
+        del self.by_end[i]
+
+    def end(self, job_id: JobId, requeue: bool, now: float) -> RunningAttempt:
+        """An attempt ended (adapters call this between cycles); GPUs are released at once.
+
+        With `requeue` the job returns to pending with its service so far; otherwise it is gone.
+        """
+        attempt = self.running.pop(job_id)
+        self._drop_end_key(attempt)
+        for node, mask, cpus, memory in self.attempt_resources(attempt):
+            self._untake(node, mask, cpus, memory, attempt.exclusive)
+        spec = attempt.spec
+        queue = self.queues[spec.queue]
+        self._sub_queue_use(queue, spec.gpus, spec.cpus_per_replica * spec.replicas,
+                            spec.memory_gib_per_replica * spec.replicas)
+        if attempt.preempting_deadline is not None:
+            queue.leaving_gpus -= spec.gpus
+        job = attempt.job
+        job.attempts = attempt.attempt
+        job.attained += spec.gpus * max(0.0, now - attempt.start)
+        self._release_nominations_of(job_id)
+        if requeue:
+            self._enqueue(job)
+        return attempt
+
+    def mark_preempting(self, job_id: JobId, deadline: float, by: JobId | None) -> None:
+        attempt = self.running[job_id]
+        if attempt.preempting_deadline is None:
+            self.queues[attempt.spec.queue].leaving_gpus += attempt.spec.gpus
+        self._drop_end_key(attempt)
+        attempt.preempting_deadline = deadline
+        attempt.preempted_by = by
+        self._start_seq += 1
+        attempt.end_key = (attempt.expected_end, self._start_seq, job_id)
+        insort(self.by_end, attempt.end_key)
+
+    def record_checkpoint(self, job_id: JobId, when: float) -> None:
+        self.running[job_id].last_checkpoint = when
+
+    # ---- nominations -------------------------------------------------------------------
+    def nominate(self, job: PendingJob, placement: list[tuple[int, int]], victims: frozenset[JobId],
+                 now: float) -> None:
+        """Hold GPUs for a preemptor until its victims stop; counts toward its queue at once."""
+        job.nomination = Nomination(placement, victims, now)
+        for node, mask in placement:
+            self._set_held_raw(node, self.held[node] | mask)
+        self.queues[job.spec.queue].incoming_gpus += job.spec.gpus
+
+    def drop_nomination(self, job: PendingJob) -> None:
+        nomination = job.nomination
+        if nomination is None:
+            return
+        job.nomination = None
+        for node, mask in nomination.placement:
+            self._set_held_raw(node, self.held[node] & ~mask)
+        self.queues[job.spec.queue].incoming_gpus -= job.spec.gpus
+
+    def _release_nominations_of(self, victim: JobId) -> None:
+        """Nothing to do: a nomination holds GPU bits, which become free when the victim ends."""
+        del victim
+
+    # ---- static capacity ----------------------------------------------------------------
+    def class_gpus_in(self, domain: int) -> Mapping[int, list[int]]:
+        """Node ids of a domain grouped by class."""
+        result: dict[int, list[int]] = {}
+        for node in self.topology.domains[domain].nodes:
+            result.setdefault(self.node_class[node], []).append(node)
+        return result

@@ -1,0 +1,78 @@
+"""Job orders inside a queue: priority then FIFO, plain FIFO, shortest job first, least attained service."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.core.jobs import PendingJob
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityFifo:
+    """Priority class first, then submit time, then submission sequence and id."""
+
+    @dataclass(frozen=True, slots=True)
+    class Args:
+        pass
+
+    args: Args = Args()
+
+    def key(self, job: PendingJob) -> tuple[object, ...]:
+        s = job.spec
+        return (-s.priority, s.submit_time, s.seq, s.id)
+
+
+@dataclass(frozen=True, slots=True)
+class Fifo:
+    """Submit time only, priorities ignored: the Helios artifact's FIFO baseline."""
+
+    @dataclass(frozen=True, slots=True)
+    class Args:
+        pass
+
+    args: Args = Args()
+
+    def key(self, job: PendingJob) -> tuple[object, ...]:
+        s = job.spec
+        return (s.submit_time, s.seq, s.id)
+
+
+@dataclass(frozen=True, slots=True)
+class ShortestFirst:
+    """Shortest true duration first: an oracle bound (only a simulator knows true durations)."""
+
+    @dataclass(frozen=True, slots=True)
+    class Args:
+        pass
+
+    args: Args = Args()
+
+    def key(self, job: PendingJob) -> tuple[object, ...]:
+        s = job.spec
+        duration = job.true_duration if job.true_duration is not None else float("inf")
+        return (duration, s.submit_time, s.seq, s.id)
+
+
+@dataclass(frozen=True, slots=True)
+class LeastAttained:
+    """Tiresias' discretised least attained service: fewer GPU-seconds received goes first.
+
+    Attained service is bucketed by `thresholds` (GPU-seconds); inside a bucket, FIFO.
+    """
+
+    @dataclass(frozen=True, slots=True)
+    class Args:
+        thresholds: tuple[float, ...] = (3600.0, 36000.0)
+
+        def __post_init__(self) -> None:
+            if list(self.thresholds) != sorted(self.thresholds) or any(t <= 0 for t in self.thresholds):
+                raise ValueError("thresholds must be positive and increasing, e.g. [3600, 36000]")
+
+    args: Args = Args()
+
+    def level(self, attained: float) -> int:
+        return sum(1 for t in self.args.thresholds if attained >= t)
+
+    def key(self, job: PendingJob) -> tuple[object, ...]:
+        s = job.spec
+        return (self.level(job.attained), s.submit_time, s.seq, s.id)

@@ -1,0 +1,70 @@
+"""Admission: a queue's limit, its guaranteed quota, and borrowing idle GPUs from its cohort."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.core.decisions import Reason, Why
+from corral.core.fairshare import borrowable
+from corral.core.jobs import PendingJob, QueueState
+from corral.core.state import ClusterState
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """A queue never uses more than its limit (quota plus borrowed)."""
+
+    @dataclass(frozen=True, slots=True)
+    class Args:
+        pass
+
+    args: Args = Args()
+
+    def admit(self, job: PendingJob, queue: QueueState, state: ClusterState) -> Reason | None:
+        limit = queue.spec.limit
+        if limit is None:
+            return None
+        use = queue.effective_gpus
+        if use + job.spec.gpus <= limit:
+            return None
+        return Reason(
+            Why.LIMIT,
+            f"queue {queue.spec.name} is at its limit ({use} of {limit} GPUs in use; this job needs {job.spec.gpus})",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """Inside the quota a job is always admitted; above it, only what the cohort can lend.
+
+    A non-preemptible job runs only inside its queue's guaranteed quota.
+    """
+
+    @dataclass(frozen=True, slots=True)
+    class Args:
+        pass
+
+    args: Args = Args()
+
+    def admit(self, job: PendingJob, queue: QueueState, state: ClusterState) -> Reason | None:
+        spec = queue.spec
+        use, need = queue.effective_gpus, job.spec.gpus
+        if use + need <= spec.quota:
+            return None
+        if not job.spec.preemptible:
+            return Reason(
+                Why.QUOTA,
+                f"non-preemptible: runs only inside queue {spec.name}'s quota ({use} of {spec.quota} GPUs in use; "
+                f"needs {need})",
+            )
+        room = borrowable(state, queue)
+        if use + need - max(use, spec.quota - spec.lendable) <= room:
+            return None
+        borrow = use + need - spec.quota
+        lendable = max(0, room - max(0, spec.quota - use))
+        cohort = f"cohort {spec.cohort}" if spec.cohort else "the shared cohort"
+        return Reason(
+            Why.COHORT,
+            f"queue {spec.name} would borrow {borrow} GPUs above its quota of {spec.quota} "
+            f"({use} in use, needs {need}); {cohort} can lend {lendable} now",
+        )

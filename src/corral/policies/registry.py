@@ -1,0 +1,134 @@
+"""The one registry of plugins and the built-in policies; a profile fails loudly at load.
+
+A policy is a named profile: which plugin fills each extension point, with which arguments.
+`load_policy("default", {"fair_share": {"half_life": 3600}})` returns a `Profile`; an unknown
+policy, plugin or argument raises `ConfigError` naming it and listing what is known.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from corral.core.errors import ConfigError
+from corral.core.plugins import Profile
+from corral.policies.fair_share import FairShare
+from corral.policies.ordering import Fifo, LeastAttained, PriorityFifo, ShortestFirst
+from corral.policies.quota import Limit, Quota
+from corral.policies.victims import AttainedService, PriorityReclaim
+
+PLUGINS: dict[str, type[Any]] = {
+    "priority_fifo": PriorityFifo,
+    "fifo": Fifo,
+    "sjf": ShortestFirst,
+    "las": LeastAttained,
+    "fair_share": FairShare,
+    "limit": Limit,
+    "quota": Quota,
+    "priority_reclaim": PriorityReclaim,
+    "attained_service": AttainedService,
+}
+
+# extension point -> plugin name (or names), per built-in policy; plus cycle settings.
+POLICIES: dict[str, dict[str, Any]] = {
+    "default": {
+        "description": "fair share, quotas, topology, preemption and reclaim, reservations, backfill",
+        "order": "priority_fifo",
+        "queue_order": "fair_share",
+        "admit": ["limit", "quota"],
+        "victims": "priority_reclaim",
+        "backfill": True,
+        "max_reservations": 8,
+    },
+    "fifo": {
+        "description": "strict head-of-line FIFO in submit order: no skipping, no backfill, no preemption, "
+        "quotas ignored, limits honoured (the Helios artifact's baseline)",
+        "order": "fifo",
+        "queue_order": None,
+        "admit": ["limit"],
+        "victims": None,
+        "head_of_line": True,
+        "backfill": False,
+    },
+    "sjf": {
+        "description": "shortest job first by TRUE duration: an oracle bound for simulations, not a real policy; "
+        "non-preemptive with head-of-line blocking as in the Helios artifact",
+        "order": "sjf",
+        "queue_order": None,
+        "admit": ["limit"],
+        "victims": None,
+        "head_of_line": True,
+        "backfill": False,
+    },
+    "las": {
+        "description": "Tiresias-style discretised least attained service, preemptive, work-conserving",
+        "order": "las",
+        "queue_order": None,
+        "admit": ["limit"],
+        "victims": "attained_service",
+        "backfill": False,
+    },
+}
+
+
+def policy_names() -> list[str]:
+    return sorted(POLICIES)
+
+
+def _make(plugin: str, args: Mapping[str, Any] | None, where: str) -> Any:
+    cls = PLUGINS.get(plugin)
+    if cls is None:
+        raise ConfigError(f"unknown plugin {plugin!r}", where=where, fix=f"use one of {', '.join(sorted(PLUGINS))}")
+    arg_cls = cls.Args
+    known = {f.name for f in dataclasses.fields(arg_cls)}
+    given = dict(args or {})
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise ConfigError(
+            f"plugin {plugin} has no argument {', '.join(unknown)}",
+            where=where,
+            fix=f"its arguments are: {', '.join(sorted(known)) or 'none'}",
+        )
+    for name, value in given.items():
+        if isinstance(value, list):
+            given[name] = tuple(value)
+    try:
+        return cls(arg_cls(**given))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"bad arguments for plugin {plugin}: {exc}", where=where) from exc
+
+
+def load_policy(name: str, args: Mapping[str, Mapping[str, Any]] | None = None) -> Profile:
+    """Build a built-in policy, with per-plugin argument overrides keyed by plugin name."""
+    spec = POLICIES.get(name)
+    if spec is None:
+        raise ConfigError(f"unknown policy {name!r}", where="--policy", fix=f"use one of {', '.join(policy_names())}")
+    args = dict(args or {})
+    used = {spec["order"], spec.get("queue_order"), spec.get("victims"), *spec.get("admit", [])} - {None}
+    stray = sorted(set(args) - used)
+    if stray:
+        raise ConfigError(
+            f"policy {name} does not use plugin {', '.join(stray)}",
+            where="policy arguments",
+            fix=f"its plugins are: {', '.join(sorted(str(u) for u in used))}",
+        )
+
+    def make(plugin: str | None) -> Any:
+        return None if plugin is None else _make(plugin, args.get(plugin), f"policy {name}")
+
+    queue_order = make(spec.get("queue_order"))
+    half_life = queue_order.args.half_life if isinstance(queue_order, FairShare) else None
+    return Profile(
+        name=name,
+        job_order=make(spec["order"]),
+        queue_order=queue_order,
+        admits=tuple(make(p) for p in spec.get("admit", [])),
+        victims=make(spec.get("victims")),
+        head_of_line=bool(spec.get("head_of_line", False)),
+        backfill=bool(spec.get("backfill", True)),
+        max_reservations=int(spec.get("max_reservations", 8)),
+        usage_half_life=half_life,
+        description=str(spec["description"]),
+        args={k: dict(v) for k, v in args.items()},
+    )

@@ -1,0 +1,93 @@
+"""Who may be preempted: by priority inside a queue, by reclaim across queues, or by attained service."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from corral.core.fairshare import can_reclaim
+from corral.core.jobs import PendingJob, RunningAttempt
+from corral.core.state import ClusterState
+from corral.policies.ordering import LeastAttained
+
+
+def _protected(victim: RunningAttempt, state: ClusterState, now: float) -> bool:
+    """Never a non-preemptible job, one already stopping, or one inside its minimum run time."""
+    spec = victim.spec
+    if not spec.preemptible or victim.preempting_deadline is not None:
+        return True
+    return now - victim.start < state.min_runtime_by_value.get(spec.priority, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityReclaim:
+    """Inside a queue, a strictly higher class preempts; across queues of a cohort, reclaim (6.3).
+
+    Victims: lowest class first, then least lost work (GPU-seconds since the last checkpoint
+    plus GPUs x grace), then least overshoot below the victim queue's quota, then submit time
+    and id.
+    """
+
+    @dataclass(frozen=True, slots=True)
+    class Args:
+        reclaim: bool = True
+
+    args: Args = Args()
+
+    def eligible(self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float) -> bool:
+        if _protected(victim, state, now):
+            return False
+        mine, theirs = preemptor.spec, victim.spec
+        if theirs.queue == mine.queue:
+            return mine.priority > theirs.priority
+        if not self.args.reclaim:
+            return False
+        return can_reclaim(state, state.queues[mine.queue], mine.gpus, state.queues[theirs.queue], theirs.gpus)
+
+    def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
+        spec = victim.spec
+        queue = state.queues[spec.queue]
+        overshoot = max(0, queue.spec.quota - (queue.effective_gpus - spec.gpus))
+        return (spec.priority, victim.lost_work(now), overshoot, spec.submit_time, spec.id)
+
+    def permit(
+        self, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState, now: float
+    ) -> bool:
+        """The reclaim rule on the whole set: what each victim queue gives up, added together."""
+        freed: dict[str, int] = {}
+        for v in victims:
+            if v.spec.queue != preemptor.spec.queue:
+                freed[v.spec.queue] = freed.get(v.spec.queue, 0) + v.spec.gpus
+        taker = state.queues[preemptor.spec.queue]
+        return all(
+            can_reclaim(state, taker, preemptor.spec.gpus, state.queues[name], gpus) for name, gpus in freed.items()
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AttainedService:
+    """Tiresias-style: a waiting job preempts running ones in a higher attained-service level."""
+
+    @dataclass(frozen=True, slots=True)
+    class Args:
+        thresholds: tuple[float, ...] = (3600.0, 36000.0)
+
+    args: Args = Args()
+
+    def _level(self, attained: float) -> int:
+        return LeastAttained(LeastAttained.Args(self.args.thresholds)).level(attained)
+
+    def eligible(self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float) -> bool:
+        if _protected(victim, state, now):
+            return False
+        served = victim.job.attained + victim.spec.gpus * (now - victim.start)
+        return self._level(served) > self._level(preemptor.attained)
+
+    def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
+        served = victim.job.attained + victim.spec.gpus * (now - victim.start)
+        return (-self._level(served), victim.lost_work(now), -victim.start, victim.spec.id)
+
+    def permit(
+        self, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState, now: float
+    ) -> bool:
+        return True
