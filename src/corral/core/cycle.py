@@ -155,8 +155,10 @@ class _Cycle:
             return True
         if self.reservations and spec.time_limit is not None and self._backfill(job, req):
             return True
-        if self.profile.victims is not None and self._preempt(job, req):
-            return True
+        if self.profile.victims is not None:
+            outcome = self._preempt(job, req)
+            if outcome is not None:
+                return outcome  # started at once, or nominated and waiting for its victims
         reasons[spec.id] = self._blocked(job, req, placed)
         self.blocked[shape] = reasons[spec.id]
         return False
@@ -207,16 +209,19 @@ class _Cycle:
         self._start(job, placed, backfilled=True)
         return True
 
-    def _preempt(self, job: PendingJob, req: Request) -> bool:
-        """Nominate the job to GPUs freed by preempting whole gangs, if the policy allows."""
+    def _preempt(self, job: PendingJob, req: Request) -> bool | None:
+        """Nominate the job to GPUs freed by preempting whole gangs, if the policy allows.
+
+        None: no preemption; False: nominated, waiting for the victims; True: started.
+        """
         victims_plugin = self.profile.victims
         assert victims_plugin is not None
         state = self.state
         selection = select_victims(state, victims_plugin, job, req, self.now)
         if selection is None or not selection.victims:
-            return False
+            return None
         if not victims_plugin.permit(job, selection.victims, state, self.now):
-            return False
+            return None
         placement = to_placement(state, selection.placement)
         ids = tuple(v.spec.id for v in selection.victims)
         for v in selection.victims:

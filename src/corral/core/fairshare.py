@@ -79,29 +79,25 @@ def cohort_of(queue: QueueState) -> str:
     return queue.spec.cohort
 
 
-def _footprint(queue: QueueState, extra: int = 0) -> int:
-    """GPUs a queue takes from its cohort: its use, and never less than its unlendable quota."""
-    spec = queue.spec
-    return max(queue.effective_gpus + extra, spec.quota - spec.lendable)
+def borrow_room(state: ClusterState, queue: QueueState) -> tuple[int, int]:
+    """(GPUs this queue may still add, GPUs free now), for a queue above its quota.
 
-
-def borrowable(state: ClusterState, queue: QueueState) -> int:
-    """How many more GPUs this queue may use above its quota, from its cohort and the free pool.
-
-    The free pool is every GPU not guaranteed to any queue; each cohort's use beyond its
-    members' quotas draws from it.
+    The first counts every other queue at its use or its guaranteed quota, whichever is larger,
+    except that idle quota of the queue's own cohort counts only beyond its lending limit:
+    what is guaranteed to others and not lent is not to be borrowed. GPUs nobody is
+    guaranteed form a pool that any cohort may borrow from.
     """
-    cohorts: dict[str, tuple[int, int]] = {}
-    all_quota = 0
-    for q in state.queues.values():
-        foot, quota = cohorts.get(cohort_of(q), (0, 0))
-        cohorts[cohort_of(q)] = (foot + _footprint(q), quota + q.spec.quota)
-        all_quota += q.spec.quota
-    pool = max(0, state.total_gpus - all_quota)
     mine = cohort_of(queue)
-    others_overflow = sum(max(0, f - quota) for name, (f, quota) in cohorts.items() if name != mine)
-    foot, quota = cohorts[mine]
-    return quota + max(0, pool - others_overflow) - foot
+    others = 0
+    in_use = 0
+    for q in state.queues.values():
+        in_use += q.effective_gpus
+        if q is queue:
+            continue
+        spec = q.spec
+        unlendable = spec.quota - spec.lendable if cohort_of(q) == mine else spec.quota
+        others += max(q.effective_gpus, unlendable)
+    return state.total_gpus - others - queue.effective_gpus, state.total_gpus - in_use
 
 
 def can_reclaim(state: ClusterState, taker: QueueState, need: int, victim: QueueState, freed: int) -> bool:

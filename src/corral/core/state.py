@@ -84,6 +84,20 @@ class ClusterState:
         self.cache: dict[object, object] = {}
         self.key_fn: Callable[[PendingJob], tuple[object, ...]] | None = None  # per-shape results valid until `generation` changes
 
+    @classmethod
+    def build(
+        cls,
+        levels: Sequence[str],
+        nodes: Iterable[NodeSpec],
+        queues: Iterable[QueueSpec],
+        priority_classes: Iterable[PriorityClass] = DEFAULT_PRIORITY_CLASSES,
+    ) -> ClusterState:
+        """A state with these nodes (all up) and queues, and nothing running."""
+        state = cls(levels, queues, priority_classes)
+        for spec in nodes:
+            state.add_node(spec)
+        return state
+
     # ---- nodes -------------------------------------------------------------------------
     def add_node(self, spec: NodeSpec, state: NodeState = NodeState.UP) -> int:
         if spec.name in self.node_ids:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral.core.decisions import Reason, Why
-from corral.core.fairshare import borrowable
+from corral.core.fairshare import borrow_room
 from corral.core.jobs import PendingJob, QueueState
 from corral.core.state import ClusterState
 
@@ -57,14 +57,14 @@ class Quota:
                 f"non-preemptible: runs only inside queue {spec.name}'s quota ({use} of {spec.quota} GPUs in use; "
                 f"needs {need})",
             )
-        room = borrowable(state, queue)
-        if use + need - max(use, spec.quota - spec.lendable) <= room:
-            return None
+        room, free = borrow_room(state, queue)
+        if need <= room or need > free:
+            return None  # entitled; or blocked by capacity, which placement and reservations handle
         borrow = use + need - spec.quota
-        lendable = max(0, room - max(0, spec.quota - use))
         cohort = f"cohort {spec.cohort}" if spec.cohort else "the shared cohort"
         return Reason(
             Why.COHORT,
             f"queue {spec.name} would borrow {borrow} GPUs above its quota of {spec.quota} "
-            f"({use} in use, needs {need}); {cohort} can lend {lendable} now",
+            f"({use} in use, needs {need}); {cohort} can lend {max(0, room)} now: the other GPUs are "
+            "guaranteed to other queues",
         )

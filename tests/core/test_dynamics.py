@@ -1,0 +1,110 @@
+"""Multi-cycle behaviour: fair share by weight, priority preemption, backfill, reclaim without ping-pong."""
+
+from __future__ import annotations
+
+from corral.core.decisions import Why
+from corral.core.model import QueueName, QueueSpec
+from corral.policies.registry import load_policy
+from tests.driver import Driver
+from tests.helpers import job, nodes, occupy, run, started_on, state_of
+
+
+def test_a_flooding_team_yields_to_another_in_proportion_to_weights() -> None:
+    qs = [QueueSpec(QueueName("a"), weight=1.0), QueueSpec(QueueName("b"), weight=3.0)]
+    state = state_of(nodes(2, 8), qs)
+    d = Driver(state, load_policy("default", {"fair_share": {"half_life": None}}))
+    for i in range(200):
+        d.submit(job(f"a{i}", "a", gpus=1, submit=0.0), duration=100.0 + i % 7)
+    d.run(until=0.0)
+    assert sum(1 for _, j, _ in d.starts if j.startswith("a")) == 16  # a took the whole idle cluster
+    for i in range(200):
+        d.submit(job(f"b{i}", "b", gpus=1, submit=1.0), duration=100.0 + i % 5, at=1.0)
+    samples = []
+    for t in range(300, 1500, 50):
+        d.run(until=float(t))
+        samples.append((state.queues[QueueName("a")].alloc_gpus, state.queues[QueueName("b")].alloc_gpus))
+    a_avg = sum(a for a, _ in samples) / len(samples)
+    b_avg = sum(b for _, b in samples) / len(samples)
+    assert a_avg + b_avg == 16
+    assert abs(b_avg / a_avg - 3.0) < 0.35, samples  # weights 1:3 -> 4 and 12 GPUs
+    assert not d.preemptions  # neither is above a quota it could reclaim: no preemption, only freed GPUs
+
+
+def test_urgent_preempts_the_low_priority_job_not_the_higher_one() -> None:
+    state = state_of(nodes(2, 8))
+    occupy(state, "low", "n00", range(8), priority="low", now=0.0)
+    occupy(state, "high", "n01", range(8), priority="high", now=0.0)
+    state.submit(job("urgent", gpus=8, priority="urgent", submit=1000.0))
+    result = run(state, 1000.0)
+    assert [(p.job, p.by) for p in result.preemptions] == [("low", "urgent")]
+    assert result.nominations[0].victims == ("low",)
+    assert {r.node for r in result.nominations[0].placement} == {"n00"}
+    assert result.reasons["urgent"].code is Why.NOMINATED
+    # nobody else gets the nominated GPUs while they are being freed
+    state.submit(job("sneaky", gpus=8, priority="normal", submit=1001.0))
+    state.end("low", requeue=True, now=1010.0)  # type: ignore[arg-type]
+    result = run(state, 1010.0)
+    assert started_on(result) == {"urgent": ["n00"]}
+    assert "sneaky" not in started_on(result)
+
+
+def test_no_preemption_inside_min_runtime_or_of_non_preemptible_or_equal_class() -> None:
+    state = state_of(nodes(3, 8))
+    occupy(state, "young", "n00", range(8), priority="low", now=900.0)  # min_runtime of low is 10 minutes
+    pending = state.submit(job("fixed", gpus=8, priority="low", preemptible=False))
+    state.unchecked.remove(pending)
+    state.remove_pending(pending.spec.id)
+    state.start(pending, [(1, 0xFF)], 0.0)
+    state.plan.commit()
+    occupy(state, "peer", "n02", range(8), priority="high", now=0.0)
+    state.submit(job("wants", gpus=8, priority="high", submit=1000.0))
+    result = run(state, 1000.0)
+    assert not result.preemptions
+    assert result.reasons["wants"].code in (Why.CAPACITY, Why.RESERVED)
+
+
+def test_backfill_starts_a_short_job_in_the_gap_and_never_delays_the_reserved_gang() -> None:
+    state = state_of(nodes(2, 8))
+    d = Driver(state, load_policy("default"))
+    d.submit(job("running", gpus=8, time_limit=1000.0), duration=1000.0)
+    d.run(until=0.0)
+    d.submit(job("gang", gpus=8, replicas=2, time_limit=5000.0, submit=10.0), duration=500.0, at=10.0)
+    d.submit(job("short", gpus=4, time_limit=400.0, submit=11.0), duration=300.0, at=11.0)
+    d.submit(job("long", gpus=4, time_limit=2000.0, submit=12.0), duration=300.0, at=12.0)
+    d.submit(job("unlimited", gpus=1, submit=13.0), duration=10.0, at=13.0)
+    d.run(until=20.0)
+    started = {j: t for t, j, _ in d.starts}
+    assert started["short"] == 11.0  # ends (by its limit) before the gang's reservation
+    assert "long" not in started and "unlimited" not in started
+    last = d.results[-1]
+    assert last.reasons["long"].code in (Why.CAPACITY, Why.RESERVED)
+    d.run(until=5000.0)
+    started = {j: t for t, j, _ in d.starts}
+    assert started["gang"] == 1000.0  # exactly when the running job's time limit frees its GPUs
+    assert started["long"] >= 1500.0 and started["unlimited"] >= 1500.0
+
+
+def test_reservation_reason_names_the_time() -> None:
+    state = state_of(nodes(2, 8))
+    occupy(state, "busy", "n00", range(8), time_limit=1840.0)
+    state.submit(job("pair", gpus=8, replicas=2, submit=0.0))
+    result = run(state, 0.0)
+    assert result.reservations[0].start == 1840.0
+    assert "reserved to start at t+1840s" in result.reasons["pair"].message
+
+
+def test_two_queues_borrow_and_reclaim_without_ping_pong() -> None:
+    qs = [QueueSpec(QueueName("a"), quota=8), QueueSpec(QueueName("b"), quota=8)]
+    state = state_of(nodes(2, 8), qs)
+    d = Driver(state, load_policy("default"))
+    for i in range(40):
+        d.submit(job(f"a{i}", "a", gpus=1, priority="low"), duration=3000.0)
+    d.run(until=0.0)
+    assert state.queues[QueueName("a")].alloc_gpus == 16  # a borrows b's idle quota
+    for i in range(40):
+        d.submit(job(f"b{i}", "b", gpus=1, priority="low", submit=700.0), duration=3000.0, at=700.0)
+    d.run(until=20000.0)
+    reclaimed = [p for p in d.preemptions if p[2].startswith("b")]
+    assert len(reclaimed) == 8  # b takes back exactly its quota, once
+    assert all(by.startswith("b") and victim.startswith("a") for _, victim, by in d.preemptions)
+    assert len(d.finished) == 80
