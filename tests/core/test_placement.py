@@ -18,14 +18,22 @@ def test_gang_of_64_with_60_free_holds_nothing_and_smaller_work_proceeds() -> No
     assert started_on(result)["small"]
     assert result.reasons["big"].code in (Why.CAPACITY, Why.RESERVED)
     assert "needs 8 x 8 GPUs" in result.reasons["big"].message
-    assert "58 GPUs are free" in result.reasons["big"].message or "60 GPUs are free" in result.reasons["big"].message
+    assert (
+        "58 GPUs are free" in result.reasons["big"].message
+        or "60 GPUs are free" in result.reasons["big"].message
+    )
     assert state.alloc.count(0) == 7  # the gang took none of the free GPUs; small packed beside filler
     check_no_double_allocation(state)
 
 
 def test_eight_ranks_land_in_one_nvlink_domain_not_on_scattered_gpus() -> None:
-    wide = NodeSpec(NodeName("wide"), 16, "H100-80GB", labels={"spine": "s0", "leaf": "l0"},
-                    nvlink=(tuple(range(8)), tuple(range(8, 16))))
+    wide = NodeSpec(
+        NodeName("wide"),
+        16,
+        "H100-80GB",
+        labels={"spine": "s0", "leaf": "l0"},
+        nvlink=(tuple(range(8)), tuple(range(8, 16))),
+    )
     tight = NodeSpec(NodeName("tight"), 8, "H100-80GB", labels={"spine": "s0", "leaf": "l0"})
     state = state_of([wide, tight])
     occupy(state, "a", "wide", [0, 1, 2, 3, 8, 9, 10, 11])  # 8 free on wide, scattered over two groups

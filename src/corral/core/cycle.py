@@ -16,7 +16,7 @@ from corral.core import reserve
 from corral.core.decisions import CycleResult, Nominate, Preempt, Reason, Reject, Reserve, Start, Why
 from corral.core.fairshare import advance_usage
 from corral.core.jobs import PendingJob, QueueState
-from corral.core.model import JobId, Placement, ReplicaPlacement
+from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
 from corral.core.placement import Miss, NodeMask, Request, place
 from corral.core.plugins import Profile
 from corral.core.preempt import select_victims
@@ -69,7 +69,7 @@ class _Cycle:
         self.reservations: list[reserve.Reservation] = []
         self.reserved_queues: set[str] = set()
         self.blocked: dict[tuple[object, ...], Reason] = {}
-        self.started: dict[str, list[JobId]] = {}
+        self.started: dict[QueueName, list[JobId]] = {}
 
     # ---- order ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -163,9 +163,13 @@ class _Cycle:
         self.blocked[shape] = reasons[spec.id]
         return False
 
-    def _start(self, job: PendingJob, placed: list[NodeMask], backfilled: bool, allocated: bool = True) -> None:
+    def _start(
+        self, job: PendingJob, placed: list[NodeMask], backfilled: bool, allocated: bool = True
+    ) -> None:
         attempt = self.state.start(job, placed, self.now, allocated)
-        self.result.starts.append(Start(job.spec.id, attempt.attempt, to_placement(self.state, placed), backfilled))
+        self.result.starts.append(
+            Start(job.spec.id, attempt.attempt, to_placement(self.state, placed), backfilled)
+        )
         self.started.setdefault(job.spec.queue, []).append(job.spec.id)
         self.result.reasons.pop(job.spec.id, None)
 

@@ -21,7 +21,7 @@ def decay_usage(usage: float, gpus: float, elapsed: float, half_life: float) -> 
     """
     if elapsed <= 0:
         return usage
-    factor = 0.5 ** (elapsed / half_life)
+    factor: float = 0.5 ** (elapsed / half_life)
     return usage * factor + gpus * (half_life / math.log(2)) * (1.0 - factor)
 
 

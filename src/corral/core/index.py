@@ -106,7 +106,9 @@ class FreeIndex:
                 return nodes
         return 1 << 30
 
-    def nodes_by_avail(self, domain: int, classes: Iterable[int], at_least: int, descending: bool) -> list[int]:
+    def nodes_by_avail(
+        self, domain: int, classes: Iterable[int], at_least: int, descending: bool
+    ) -> list[int]:
         """Nodes of a domain with at least `at_least` available GPUs, ordered by availability."""
         per_class = self.buckets[domain]
         by_k: list[tuple[int, int]] = []

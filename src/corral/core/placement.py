@@ -87,7 +87,11 @@ def _nvlink_fit(state: ClusterState, req: Request) -> int:
     """The node whose best NVLink group fits the whole gang most tightly; -1 when none."""
     total = req.gpus
     single = [c for c in req.classes if state.classes[c].nvlink_groups == 1]
-    multi = [c for c in req.classes if state.classes[c].nvlink_groups > 1 and state.classes[c].largest_group >= total]
+    multi = [
+        c
+        for c in req.classes
+        if state.classes[c].nvlink_groups > 1 and state.classes[c].largest_group >= total
+    ]
     node = state.index.best_fit(0, single, total) if single else -1
     if multi:
         other = state.nvl_index.best_fit(0, multi, total)
@@ -108,8 +112,6 @@ def _best_in_span(state: ClusterState, req: Request, span: int) -> tuple[int, in
 
 def _fill(state: ClusterState, req: Request, domain: int, avoid: frozenset[int]) -> list[NodeMask] | None:
     """Fill one domain node by node: the smallest node holding the rest, else the largest node."""
-    index = state.index
-    g = req.gpus_per_replica
     left = req.replicas
     chosen: list[tuple[int, int]] = []
     skip = set(avoid)
@@ -126,7 +128,6 @@ def _fill(state: ClusterState, req: Request, domain: int, avoid: frozenset[int])
         chosen.append((node, fit))
         skip.add(node)
         left -= fit
-    del index
     return _take(state, req, chosen)
 
 
@@ -183,6 +184,8 @@ def _take(state: ClusterState, req: Request, chosen: list[tuple[int, int]]) -> l
     for node, reps in chosen:
         free = state.free_mask(node)
         groups = state.group_masks[node]
+        if len(groups) > 1 and any((free & m).bit_count() >= reps * g for m in groups):
+            free = pick_gpus(free, groups, reps * g)  # the node's share fits one group: keep it there
         for _ in range(reps):
             mask = pick_gpus(free, groups, g)
             free &= ~mask

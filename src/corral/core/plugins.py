@@ -43,7 +43,9 @@ class NodeFilter(Protocol):
 class Victims(Protocol):
     """Which running attempts a blocked job may preempt, and in which order to take them."""
 
-    def eligible(self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float) -> bool: ...
+    def eligible(
+        self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
+    ) -> bool: ...
 
     def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]: ...
 

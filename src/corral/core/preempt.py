@@ -31,7 +31,9 @@ def select_victims(
 ) -> Selection | None:
     """Choose victims for `job`, or None when no eligible set frees one placement."""
     candidates = [
-        a for a in state.running.values() if a.preempting_deadline is None and plugin.eligible(job, a, state, now)
+        a
+        for a in state.running.values()
+        if a.preempting_deadline is None and plugin.eligible(job, a, state, now)
     ]
     if not candidates:
         return None
@@ -51,7 +53,7 @@ def select_victims(
     needed: dict[int, RunningAttempt] = {}
     for node, gpus in nodes:
         have = state.index.avail[node]
-        for a in on_node[node]:
+        for a in on_node.get(node, ()):
             if have >= gpus:
                 break
             if id(a) not in needed:
@@ -67,7 +69,9 @@ def _choose_nodes(
     g = max(1, req.gpus_per_replica)
     potential: dict[int, int] = {}
     for node, victims in on_node.items():
-        gpus = state.index.avail[node] + sum(m.bit_count() for v in victims for n, m in v.placement if n == node)
+        gpus = state.index.avail[node] + sum(
+            m.bit_count() for v in victims for n, m in v.placement if n == node
+        )
         if gpus >= g:
             potential[node] = gpus
     free_nodes = [n for n in state.index.nodes_by_avail(0, req.classes, g, True) if n not in potential]
@@ -142,7 +146,9 @@ def _pick_in_domain(
     return (worst[0], len(chosen)), chosen
 
 
-def _confirm(state: ClusterState, req: Request, job: PendingJob, victims: list[RunningAttempt]) -> Selection | None:
+def _confirm(
+    state: ClusterState, req: Request, job: PendingJob, victims: list[RunningAttempt]
+) -> Selection | None:
     """Release the victims tentatively, place the job, keep only victims the placement touches."""
     checkpoint = state.plan.checkpoint()
     for a in victims:

@@ -82,7 +82,9 @@ class ClusterState:
         self.usage_time: float | None = None
         self.generation = 0  # bumped whenever static capacity changes (nodes, queues)
         self.cache: dict[object, object] = {}
-        self.key_fn: Callable[[PendingJob], tuple[object, ...]] | None = None  # per-shape results valid until `generation` changes
+        self.key_fn: Callable[[PendingJob], tuple[object, ...]] | None = (
+            None  # per-shape results valid until `generation` changes
+        )
 
     @classmethod
     def build(
@@ -330,11 +332,24 @@ class ClusterState:
             for node, mask in placement:
                 self.take(node, mask, spec.cpus_per_replica, spec.memory_gib_per_replica, exclusive)
         queue = self.queues[spec.queue]
-        self.add_queue_use(queue, spec.gpus, spec.cpus_per_replica * spec.replicas,
-                           spec.memory_gib_per_replica * spec.replicas)
+        self.add_queue_use(
+            queue,
+            spec.gpus,
+            spec.cpus_per_replica * spec.replicas,
+            spec.memory_gib_per_replica * spec.replicas,
+        )
         limit_end = now + spec.time_limit if spec.time_limit is not None else NO_END
-        attempt = RunningAttempt(job, job.attempts + 1, placement, now, limit_end, now,
-                                 spec.cpus_per_replica, spec.memory_gib_per_replica, exclusive)
+        attempt = RunningAttempt(
+            job,
+            job.attempts + 1,
+            placement,
+            now,
+            limit_end,
+            now,
+            spec.cpus_per_replica,
+            spec.memory_gib_per_replica,
+            exclusive,
+        )
         self._add_running(attempt)
         return attempt
 
@@ -371,8 +386,12 @@ class ClusterState:
             self._untake(node, mask, cpus, memory, attempt.exclusive)
         spec = attempt.spec
         queue = self.queues[spec.queue]
-        self._sub_queue_use(queue, spec.gpus, spec.cpus_per_replica * spec.replicas,
-                            spec.memory_gib_per_replica * spec.replicas)
+        self._sub_queue_use(
+            queue,
+            spec.gpus,
+            spec.cpus_per_replica * spec.replicas,
+            spec.memory_gib_per_replica * spec.replicas,
+        )
         if attempt.preempting_deadline is not None:
             queue.leaving_gpus -= spec.gpus
         job = attempt.job
@@ -398,8 +417,9 @@ class ClusterState:
         self.running[job_id].last_checkpoint = when
 
     # ---- nominations -------------------------------------------------------------------
-    def nominate(self, job: PendingJob, placement: list[tuple[int, int]], victims: frozenset[JobId],
-                 now: float) -> None:
+    def nominate(
+        self, job: PendingJob, placement: list[tuple[int, int]], victims: frozenset[JobId], now: float
+    ) -> None:
         """Hold GPUs for a preemptor until its victims stop; counts toward its queue at once."""
         job.nomination = Nomination(placement, victims, now)
         for node, mask in placement:

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Everything CI checks, from a fresh clone: set-up, lint, types, layer contracts, tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+echo "== ruff"; .venv/bin/ruff check src tests bench
+echo "== ruff format"; .venv/bin/ruff format --check src tests bench
+echo "== mypy"; .venv/bin/mypy
+echo "== import-linter"; .venv/bin/lint-imports
+echo "== pytest"
+set +e
+.venv/bin/pytest -q -p no:cacheprovider "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "pytest collected no tests: that is a failure here" >&2
+  exit 1
+fi
+exit "$rc"
