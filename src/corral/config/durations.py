@@ -43,7 +43,7 @@ def parse_duration(value: object, *, allow_seconds: bool = False) -> float:
 
 
 def _bare_hint(number: object) -> str:
-    return f"add a unit, e.g. {number}s, {number}m or {number}h (90m, 4h)"
+    return f"add a unit ({number}s, {number}m, {number}h...), e.g. 90m or 4h"
 
 
 def _checked(seconds: float, value: object) -> float:

@@ -75,7 +75,9 @@ def _expand_ranges(body: str, whole: str) -> list[str]:
     for piece in body.split(","):
         match = _PIECE.fullmatch(piece.strip())
         if match is None:
-            raise InvalidValue(f"{piece.strip() or 'an empty range'!r} is not a number range in {whole!r}", _FORM)
+            raise InvalidValue(
+                f"{piece.strip() or 'an empty range'!r} is not a number range in {whole!r}", _FORM
+            )
         low_text, high_text = match.group(1), match.group(2)
         if high_text is None:
             out.append(low_text)

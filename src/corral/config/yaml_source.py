@@ -48,7 +48,7 @@ def load_yaml(path: str | Path) -> tuple[object, Lines]:
 def _syntax_error(exc: yaml.MarkedYAMLError, source: str) -> ConfigError:
     mark = exc.problem_mark or exc.context_mark
     where = f"{source}:{mark.line + 1}" if mark is not None else source
-    problem = " ".join(p for p in (exc.context, exc.problem) if p) or "invalid YAML"
+    problem = "; ".join(p for p in (exc.context, exc.problem) if p) or "invalid YAML"
     return ConfigError(
         f"invalid YAML: {problem}",
         source=where,
@@ -116,7 +116,8 @@ class Locator:
 
     def validation_error(self, exc: ValidationError) -> ConfigError:
         """One readable line per pydantic error, each with its line, field path and fix."""
-        errors = [self._one(detail) for detail in exc.errors()]
+        details = sorted(exc.errors(), key=lambda d: self.line(tuple(d["loc"])) or 0)
+        errors = [self._one(detail) for detail in details]
         if len(errors) == 1:
             return errors[0]
         body = "\n".join(f"  {error}" for error in errors)

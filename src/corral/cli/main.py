@@ -1,0 +1,140 @@
+"""The `corral` command line: the composition root that wires config, policies and the core.
+
+Imports stay inside the commands, so `corral --help` loads nothing heavy.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(
+    name="corral",
+    help="Corral: a GPU cluster scheduler. Exit codes: 0 ok, 1 a job was rejected, 2 bad input.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+cluster_app = typer.Typer(help="Cluster files: check one before you use it.", no_args_is_help=True)
+app.add_typer(cluster_app, name="cluster")
+
+EXIT_REJECTED = 1
+EXIT_BAD_INPUT = 2
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _load_cluster(path: Path) -> Any:
+    from corral.config.cluster_file import load_cluster_file
+    from corral.core.errors import ConfigError
+
+    try:
+        return load_cluster_file(path)
+    except ConfigError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot read {path}: {exc.strerror}")
+
+
+@app.command()
+def version() -> None:
+    """Print Corral's version."""
+    from corral import __version__
+
+    typer.echo(__version__)
+
+
+@cluster_app.command("check")
+def cluster_check(
+    path: Annotated[Path, typer.Argument(help="cluster file (YAML)")],
+    as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+) -> None:
+    """Validate a cluster file and summarise it: nodes, GPUs, levels, queues."""
+    cfg = _load_cluster(path)
+    summary = {
+        "name": cfg.name,
+        "topology": list(cfg.topology),
+        "nodes": len(cfg.nodes),
+        "gpus": sum(n.gpus for n in cfg.nodes),
+        "gpu_models": sorted({n.gpu_model for n in cfg.nodes if n.gpu_model}),
+        "queues": [
+            {"name": q.name, "weight": q.weight, "quota": q.quota, "limit": q.limit, "cohort": q.cohort}
+            for q in cfg.queues
+        ],
+    }
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(
+        f"[bold]{cfg.name}[/bold]: {summary['nodes']} nodes, {summary['gpus']} GPUs "
+        f"({', '.join(summary['gpu_models']) or 'no model'}), levels: {' > '.join(cfg.topology) or 'none'}"
+    )
+    table = Table("queue", "weight", "quota", "limit", "cohort")
+    for q in cfg.queues:
+        table.add_row(
+            q.name, f"{q.weight:g}", str(q.quota), "-" if q.limit is None else str(q.limit), q.cohort or "-"
+        )
+    console.print(table)
+
+
+@app.command()
+def policies() -> None:
+    """List the built-in scheduling policies."""
+    from corral.policies.registry import POLICIES
+
+    for name, spec in sorted(POLICIES.items()):
+        typer.echo(f"{name:8} {spec['description']}")
+
+
+@app.command()
+def plan(
+    jobs: Annotated[list[Path], typer.Argument(help="job spec files (YAML), submitted in this order")],
+    cluster: Annotated[Path, typer.Option("--cluster", "-c", help="cluster file (YAML)")],
+    policy: Annotated[str, typer.Option(help="scheduling policy (see `corral policies`)")] = "default",
+    as_json: Annotated[bool, typer.Option("--json", help="print decisions as JSON")] = False,
+) -> None:
+    """Dry run: what one scheduling cycle would do with these jobs on an empty cluster.
+
+    Like `sbatch --test-only`: each job starts (with its placement), waits (with the reason),
+    or is rejected because it can never fit.
+    """
+    from corral.cli.planning import plan_jobs
+    from corral.core.errors import ConfigError
+
+    cfg = _load_cluster(cluster)
+    try:
+        rows = plan_jobs(cfg, jobs, policy)
+    except ConfigError as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("job", "decision", "placement or reason")
+        for row in rows:
+            detail = (
+                " ".join(f"{p['node']}:{','.join(map(str, p['gpus']))}" for p in row["placement"])
+                if row["placement"]
+                else row["reason"]
+            )
+            table.add_row(row["id"], row["state"], detail)
+        Console(width=160).print(table)
+    if any(r["state"] == "rejected" for r in rows):
+        raise typer.Exit(EXIT_REJECTED)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    sys.exit(app())
