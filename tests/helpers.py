@@ -14,8 +14,16 @@ from corral.policies.registry import load_policy
 PRIORITY = {"low": 0, "normal": 100, "high": 1000, "urgent": 10000}
 
 
-def nodes(count: int, gpus: int = 8, *, prefix: str = "n", leaves: int = 1, spines: int = 1,
-          model: str = "H100-80GB", nvlink: tuple[tuple[int, ...], ...] = ()) -> list[NodeSpec]:
+def nodes(
+    count: int,
+    gpus: int = 8,
+    *,
+    prefix: str = "n",
+    leaves: int = 1,
+    spines: int = 1,
+    model: str = "H100-80GB",
+    nvlink: tuple[tuple[int, ...], ...] = (),
+) -> list[NodeSpec]:
     """`count` nodes spread evenly over `spines` x `leaves` leaf switches, in order."""
     per_leaf = max(1, count // (leaves * spines))
     result = []
@@ -33,19 +41,42 @@ def queues(*specs: tuple[str, int] | QueueSpec) -> list[QueueSpec]:
 _seq = [0]
 
 
-def job(job_id: str, queue: str = "default", gpus: int = 1, replicas: int = 1, *, priority: str = "normal",
-        submit: float = 0.0, time_limit: float | None = None, pack: str | None = None, required: bool = False,
-        preemptible: bool = True, model: Sequence[str] = ()) -> JobSpec:
+def job(
+    job_id: str,
+    queue: str = "default",
+    gpus: int = 1,
+    replicas: int = 1,
+    *,
+    priority: str = "normal",
+    submit: float = 0.0,
+    time_limit: float | None = None,
+    pack: str | None = None,
+    required: bool = False,
+    preemptible: bool = True,
+    model: Sequence[str] = (),
+) -> JobSpec:
     _seq[0] += 1
     return JobSpec(
-        JobId(job_id), QueueName(queue), replicas=replicas, gpus_per_replica=gpus,
-        priority=PRIORITY[priority], priority_class=priority, submit_time=submit, seq=_seq[0],
-        time_limit=time_limit, preemptible=preemptible, topology=Topology(pack, required), gpu_model=tuple(model),
+        JobId(job_id),
+        QueueName(queue),
+        replicas=replicas,
+        gpus_per_replica=gpus,
+        priority=PRIORITY[priority],
+        priority_class=priority,
+        submit_time=submit,
+        seq=_seq[0],
+        time_limit=time_limit,
+        preemptible=preemptible,
+        topology=Topology(pack, required),
+        gpu_model=tuple(model),
     )
 
 
-def state_of(node_specs: Iterable[NodeSpec], queue_specs: Iterable[QueueSpec] = (),
-             levels: Sequence[str] = ("spine", "leaf")) -> ClusterState:
+def state_of(
+    node_specs: Iterable[NodeSpec],
+    queue_specs: Iterable[QueueSpec] = (),
+    levels: Sequence[str] = ("spine", "leaf"),
+) -> ClusterState:
     qs = list(queue_specs) or [QueueSpec(QueueName("default"))]
     return ClusterState.build(levels, node_specs, qs)
 
@@ -70,8 +101,17 @@ def check_no_double_allocation(state: ClusterState) -> None:
     assert seen == state.alloc, "allocation masks disagree with the running attempts"
 
 
-def occupy(state: ClusterState, job_id: str, node: str, gpus: Sequence[int], *, queue: str = "default",
-           priority: str = "normal", now: float = 0.0, time_limit: float | None = None) -> None:
+def occupy(
+    state: ClusterState,
+    job_id: str,
+    node: str,
+    gpus: Sequence[int],
+    *,
+    queue: str = "default",
+    priority: str = "normal",
+    now: float = 0.0,
+    time_limit: float | None = None,
+) -> None:
     """Start a one-replica job on exactly these GPUs, as an adapter restoring state would."""
     spec = job(job_id, queue, gpus=len(gpus), priority=priority, time_limit=time_limit, submit=now)
     pending = state.submit(spec)

@@ -5,7 +5,8 @@ Each `*.yaml` beside this file is one scenario, run through the core cycle. A st
 `submit` (job specs as in DESIGN.md 4.2, plus `id`), `end` (attempts that finished),
 `stop` (preempted victims that stopped: requeued), then `expect`:
 `start` {job: [nodes]}, `no_start` [jobs], `wait` {job: reason substring}, `code` {job: reason code},
-`preempt` {victim: preemptor}, `not_preempted` [jobs], `no_preempt` true, `reserve` {job: start time}, `reject` {job: substring}.
+`preempt` {victim: preemptor}, `not_preempted` [jobs], `no_preempt` true, `reserve` {job: start time},
+`reject` {job: substring}.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ class Limit:
             return None
         return Reason(
             Why.LIMIT,
-            f"queue {queue.spec.name} is at its limit ({use} of {limit} GPUs in use; this job needs {job.spec.gpus})",
+            f"queue {queue.spec.name} is at its limit ({use} of {limit} GPUs in use; "
+            f"this job needs {job.spec.gpus})",
         )
 
 
@@ -54,8 +55,8 @@ class Quota:
         if not job.spec.preemptible:
             return Reason(
                 Why.QUOTA,
-                f"non-preemptible: runs only inside queue {spec.name}'s quota ({use} of {spec.quota} GPUs in use; "
-                f"needs {need})",
+                f"non-preemptible: runs only inside queue {spec.name}'s quota "
+                f"({use} of {spec.quota} GPUs in use; needs {need})",
             )
         room, free = borrow_room(state, queue)
         if need <= room or need > free:

@@ -52,8 +52,8 @@ POLICIES: dict[str, dict[str, Any]] = {
         "backfill": False,
     },
     "sjf": {
-        "description": "shortest job first by TRUE duration: an oracle bound for simulations, not a real policy; "
-        "non-preemptive with head-of-line blocking as in the Helios artifact",
+        "description": "shortest job first by TRUE duration: an oracle bound for simulations, "
+        "not a real policy; non-preemptive with head-of-line blocking as in the Helios artifact",
         "order": "sjf",
         "queue_order": None,
         "admit": ["limit"],
@@ -79,7 +79,9 @@ def policy_names() -> list[str]:
 def _make(plugin: str, args: Mapping[str, Any] | None, where: str) -> Any:
     cls = PLUGINS.get(plugin)
     if cls is None:
-        raise ConfigError(f"unknown plugin {plugin!r}", where=where, fix=f"use one of {', '.join(sorted(PLUGINS))}")
+        raise ConfigError(
+            f"unknown plugin {plugin!r}", where=where, fix=f"use one of {', '.join(sorted(PLUGINS))}"
+        )
     arg_cls = cls.Args
     known = {f.name for f in dataclasses.fields(arg_cls)}
     given = dict(args or {})
@@ -103,7 +105,9 @@ def load_policy(name: str, args: Mapping[str, Mapping[str, Any]] | None = None) 
     """Build a built-in policy, with per-plugin argument overrides keyed by plugin name."""
     spec = POLICIES.get(name)
     if spec is None:
-        raise ConfigError(f"unknown policy {name!r}", where="--policy", fix=f"use one of {', '.join(policy_names())}")
+        raise ConfigError(
+            f"unknown policy {name!r}", where="--policy", fix=f"use one of {', '.join(policy_names())}"
+        )
     args = dict(args or {})
     used = {spec["order"], spec.get("queue_order"), spec.get("victims"), *spec.get("admit", [])} - {None}
     stray = sorted(set(args) - used)

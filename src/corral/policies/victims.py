@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from corral.core.fairshare import can_reclaim
 from corral.core.jobs import PendingJob, RunningAttempt
+from corral.core.model import QueueName
 from corral.core.state import ClusterState
 from corral.policies.ordering import LeastAttained
 
@@ -34,7 +35,9 @@ class PriorityReclaim:
 
     args: Args = Args()
 
-    def eligible(self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float) -> bool:
+    def eligible(
+        self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
+    ) -> bool:
         if _protected(victim, state, now):
             return False
         mine, theirs = preemptor.spec, victim.spec
@@ -42,7 +45,9 @@ class PriorityReclaim:
             return mine.priority > theirs.priority
         if not self.args.reclaim:
             return False
-        return can_reclaim(state, state.queues[mine.queue], mine.gpus, state.queues[theirs.queue], theirs.gpus)
+        return can_reclaim(
+            state, state.queues[mine.queue], mine.gpus, state.queues[theirs.queue], theirs.gpus
+        )
 
     def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
         spec = victim.spec
@@ -54,13 +59,14 @@ class PriorityReclaim:
         self, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState, now: float
     ) -> bool:
         """The reclaim rule on the whole set: what each victim queue gives up, added together."""
-        freed: dict[str, int] = {}
+        freed: dict[QueueName, int] = {}
         for v in victims:
             if v.spec.queue != preemptor.spec.queue:
                 freed[v.spec.queue] = freed.get(v.spec.queue, 0) + v.spec.gpus
         taker = state.queues[preemptor.spec.queue]
         return all(
-            can_reclaim(state, taker, preemptor.spec.gpus, state.queues[name], gpus) for name, gpus in freed.items()
+            can_reclaim(state, taker, preemptor.spec.gpus, state.queues[name], gpus)
+            for name, gpus in freed.items()
         )
 
 
@@ -77,7 +83,9 @@ class AttainedService:
     def _level(self, attained: float) -> int:
         return LeastAttained(LeastAttained.Args(self.args.thresholds)).level(attained)
 
-    def eligible(self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float) -> bool:
+    def eligible(
+        self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
+    ) -> bool:
         if _protected(victim, state, now):
             return False
         served = victim.job.attained + victim.spec.gpus * (now - victim.start)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import attrgetter, itemgetter
+from typing import Any
 
 from corral.core.errors import ConfigError, TraceError
 from corral.sim.trace_cells import cell_error, parse_bool, parse_count, parse_seconds
@@ -133,7 +134,7 @@ def read_trace(path: str | os.PathLike[str], *, largest_node_gpus: int) -> list[
             raise TraceError(
                 f"{path}: the file is empty (fix: start it with a header line: {','.join(REQUIRED)})"
             )
-        columns = _columns(header, path)
+        parse = _RowParser(_columns(header, path), path, largest_node_gpus)
         width = len(header)
         for row in reader:
             if not row:
@@ -144,7 +145,7 @@ def read_trace(path: str | os.PathLike[str], *, largest_node_gpus: int) -> list[
                     f"{path}, line {line}: {len(row)} cells but the header has {width} columns"
                     " (fix: give every column a cell, empty for the default; quote cells that hold commas)"
                 )
-            job = _parse_row(row, columns, path, line, largest_node_gpus)
+            job = parse(row, line)
             first = lines.setdefault(job.job_id, line)
             if first != line:
                 raise cell_error(
@@ -159,58 +160,98 @@ def read_trace(path: str | os.PathLike[str], *, largest_node_gpus: int) -> list[
     return jobs
 
 
-def _optional(row: Sequence[str], index: int) -> str | None:
-    """The cell at `index`, or None when the column is absent or the cell is blank."""
-    if index < 0:
-        return None
-    text = row[index]
-    return text if text.strip() else None
+def _is_blank(text: str) -> bool:
+    return not text or text.isspace()
 
 
-def _parse_row(row: Sequence[str], c: _Columns, path: object, line: int, largest: int) -> TraceJob:
-    job_id = row[c.job_id]
-    if not job_id.strip():
-        raise cell_error(path, line, "job_id", "the cell is empty", "give every job a unique id")
-    submit_time = parse_seconds(
-        _required(row, c.submit_time, path, line, "submit_time"), path, line, "submit_time"
-    )
-    duration = parse_seconds(_required(row, c.duration, path, line, "duration"), path, line, "duration")
-    gpus = parse_count(_required(row, c.gpus, path, line, "gpus"), path, line, "gpus")
-    replicas, per_replica = _shape(row, c, path, line, gpus, largest)
-    text = _optional(row, c.preemptible)
-    return TraceJob(
-        job_id=job_id,
-        submit_time=submit_time,
-        duration=duration,
-        gpus=gpus,
-        queue=_optional(row, c.queue),
-        replicas=replicas,
-        gpus_per_replica=per_replica,
-        priority=_optional(row, c.priority),
-        gpu_model=_models(_optional(row, c.gpu_model), path, line),
-        time_limit=_time_limit(_optional(row, c.time_limit), path, line),
-        preemptible=True if text is None else parse_bool(text, path, line, "preemptible"),
-        checkpoint_interval=_checkpoint(_optional(row, c.checkpoint_interval), path, line),
-        user=_optional(row, c.user),
-    )
-
-
-def _required(row: Sequence[str], index: int, path: object, line: int, column: str) -> str:
-    text = row[index]
-    if not text.strip():
-        raise cell_error(path, line, column, "the cell is empty", f"{column} is required: give a value")
+def _verbatim(text: str, path: object, line: int) -> str:
     return text
 
 
-def _shape(
-    row: Sequence[str], c: _Columns, path: object, line: int, gpus: int, largest: int
+def _preemptible(text: str, path: object, line: int) -> bool:
+    return parse_bool(text, path, line, "preemptible")
+
+
+def _checkpoint(text: str, path: object, line: int) -> float:
+    return parse_seconds(text, path, line, "checkpoint_interval")
+
+
+class _RowParser:
+    """Turns the rows of one file into jobs.
+
+    The cells that decide a job's shape, and the optional cells, repeat a lot (a few GPU counts,
+    queue names, booleans): each distinct combination is parsed and checked once, then reused.
+    """
+
+    def __init__(self, columns: _Columns, path: object, largest: int) -> None:
+        self.c = columns
+        self.path = path
+        self.largest = largest
+        converters: dict[str, Callable[[str, object, int], object]] = {
+            "queue": _verbatim,
+            "priority": _verbatim,
+            "gpu_model": _models,
+            "time_limit": _time_limit,
+            "preemptible": _preemptible,
+            "checkpoint_interval": _checkpoint,
+            "user": _verbatim,
+        }
+        self.optional = [
+            (name, getattr(columns, name), f) for name, f in converters.items() if getattr(columns, name) >= 0
+        ]
+        shape_indices = [i for i in (columns.gpus, columns.replicas, columns.gpus_per_replica) if i >= 0]
+        self.shape_key = itemgetter(*shape_indices)
+        self.option_key = itemgetter(*(i for _, i, _ in self.optional)) if self.optional else None
+        self.shapes: dict[object, tuple[int, int, int]] = {}  # cells -> (gpus, replicas, gpus_per_replica)
+        self.options: dict[object, dict[str, Any]] = {}  # cells -> the optional fields they give
+
+    def __call__(self, row: Sequence[str], line: int) -> TraceJob:
+        c, path = self.c, self.path
+        job_id = row[c.job_id]
+        if _is_blank(job_id):
+            raise cell_error(path, line, "job_id", "the cell is empty", "give every job a unique id")
+        key = self.shape_key(row)
+        shape = self.shapes.get(key)
+        if shape is None:
+            shape = self.shapes[key] = self._shape(row, line)
+        extra: dict[str, Any] = {}
+        if self.option_key is not None:
+            key = self.option_key(row)
+            found = self.options.get(key)
+            if found is None:
+                found = self.options[key] = self._options(row, line)
+            extra = found
+        return TraceJob(
+            job_id=job_id,
+            submit_time=parse_seconds(row[c.submit_time], path, line, "submit_time"),
+            duration=parse_seconds(row[c.duration], path, line, "duration"),
+            gpus=shape[0],
+            replicas=shape[1],
+            gpus_per_replica=shape[2],
+            **extra,
+        )
+
+    def _options(self, row: Sequence[str], line: int) -> dict[str, Any]:
+        """The optional fields a row gives (blank cells give none)."""
+        return {name: f(row[i], self.path, line) for name, i, f in self.optional if not _is_blank(row[i])}
+
+    def _shape(self, row: Sequence[str], line: int) -> tuple[int, int, int]:
+        """(gpus, replicas, gpus_per_replica) from the given cells, checked, or by `split_gpus`."""
+        c, path = self.c, self.path
+        gpus = parse_count(row[c.gpus], path, line, "gpus")
+        text_r = "" if c.replicas < 0 else row[c.replicas]
+        text_g = "" if c.gpus_per_replica < 0 else row[c.gpus_per_replica]
+        if _is_blank(text_r) and _is_blank(text_g):
+            return (gpus, *split_gpus(gpus, self.largest))
+        replicas = None if _is_blank(text_r) else parse_count(text_r, path, line, "replicas", minimum=1)
+        per = None if _is_blank(text_g) else parse_count(text_g, path, line, "gpus_per_replica")
+        return (gpus, *_checked_shape(replicas, per, gpus, path, line))
+
+
+def _checked_shape(
+    replicas: int | None, per: int | None, gpus: int, path: object, line: int
 ) -> tuple[int, int]:
-    """(replicas, gpus_per_replica) from the given cells, checked against `gpus`."""
-    text_r, text_g = _optional(row, c.replicas), _optional(row, c.gpus_per_replica)
-    if text_r is None and text_g is None:
-        return split_gpus(gpus, largest)
-    replicas = None if text_r is None else parse_count(text_r, path, line, "replicas", minimum=1)
-    per = None if text_g is None else parse_count(text_g, path, line, "gpus_per_replica")
+    """The shape from replicas, gpus_per_replica or both (one may be None), checked against `gpus`."""
     if replicas is not None and per is not None:
         if replicas * per != gpus:
             raise cell_error(
@@ -243,9 +284,7 @@ def _shape(
     return gpus // per, per
 
 
-def _models(text: str | None, path: object, line: int) -> tuple[str, ...]:
-    if text is None:
-        return ()
+def _models(text: str, path: object, line: int) -> tuple[str, ...]:
     models = tuple(part.strip() for part in text.split(MODEL_SEPARATOR))
     if not all(models):
         raise cell_error(
@@ -258,19 +297,13 @@ def _models(text: str | None, path: object, line: int) -> tuple[str, ...]:
     return models
 
 
-def _time_limit(text: str | None, path: object, line: int) -> float | None:
-    if text is None:
-        return None
+def _time_limit(text: str, path: object, line: int) -> float:
     value = parse_seconds(text, path, line, "time_limit")
     if value == 0:
         raise cell_error(
             path, line, "time_limit", "0 is not a time limit", "leave the cell empty for no limit"
         )
     return value
-
-
-def _checkpoint(text: str | None, path: object, line: int) -> float | None:
-    return None if text is None else parse_seconds(text, path, line, "checkpoint_interval")
 
 
 def write_trace(path: str | os.PathLike[str], jobs: Iterable[TraceJob]) -> int:

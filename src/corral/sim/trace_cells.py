@@ -14,11 +14,18 @@ def cell_error(path: object, line: int, column: str, what: str, fix: str) -> Tra
     return TraceError(f"{path}, line {line}, column {column!r}: {what} (fix: {fix})")
 
 
+def _empty(text: str, path: object, line: int, column: str) -> None:
+    """Raise the error for a required cell left empty."""
+    if not text.strip():
+        raise cell_error(path, line, column, "the cell is empty", f"{column} is required: give a value")
+
+
 def parse_float(text: str, path: object, line: int, column: str) -> float:
     """A finite number."""
     try:
         value = float(text)
     except ValueError:
+        _empty(text, path, line, column)
         raise cell_error(
             path, line, column, f"{text!r} is not a number", "write a plain number such as 60 or 3600.5"
         ) from None
@@ -32,6 +39,7 @@ def parse_seconds(text: str, path: object, line: int, column: str) -> float:
     try:
         value = float(text)
     except ValueError:
+        _empty(text, path, line, column)
         raise cell_error(
             path, line, column, f"{text!r} is not a number", "write seconds as a plain number such as 3600"
         ) from None
@@ -62,6 +70,7 @@ def _integral_float(text: str, path: object, line: int, column: str) -> int:
     try:
         number = float(text)
     except ValueError:
+        _empty(text, path, line, column)
         number = math.nan
     if not number.is_integer():
         raise cell_error(path, line, column, f"{text!r} is not a whole number", "write an integer such as 8")

@@ -8,7 +8,7 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
 
-from corral.core.errors import TraceError
+from corral.core.errors import ConfigError, TraceError
 from corral.sim.loaders.location import resolve
 from corral.sim.trace import TraceJob, split_gpus
 from corral.sim.trace_cells import cell_error, column_indices, parse_count, parse_float, parse_seconds
@@ -29,9 +29,9 @@ Row = tuple[
 def load_philly(
     path: str | os.PathLike[str] | None = None,
     *,
-    window: tuple[datetime, datetime] | None = None,
-    vcs: Collection[str] | None = None,
-    origin: datetime | None = None,
+    window: tuple[datetime | str, datetime | str] | None = None,
+    vcs: Collection[str] | str | None = None,
+    origin: datetime | str | None = None,
     node_gpus: int = HELIOS_NODE_GPUS,
 ) -> list[TraceJob]:
     """Philly jobs as trace jobs, sorted stably by submit time.
@@ -39,9 +39,12 @@ def load_philly(
     `window` keeps jobs submitted from its start to its end, both included; `vcs` keeps those VCs.
     Times are seconds since `origin`, by default the first kept job's timestamp (so it is t = 0).
     Timestamps without a zone are UTC; `job_id` is `job%05d` of the 0-based row number in the file.
+    Dates may be datetimes or ISO strings (`2017-10-01 00:00:00`); `vcs` may be a comma-separated string.
     """
     source = resolve(path or PHILLY_FILE, PHILLY_DIR)
     rows = _read_rows(source)
+    if isinstance(vcs, str):
+        vcs = {name.strip() for name in vcs.split(",") if name.strip()}
     low, high = (None, None) if window is None else (_naive_utc(window[0]), _naive_utc(window[1]))
     kept = [
         row
@@ -53,7 +56,7 @@ def load_philly(
     if not kept:
         return []
     start = min(row[0] for row in kept) if origin is None else _naive_utc(origin)
-    jobs = [_job(row, start, source, node_gpus) for row in kept]
+    jobs = _jobs(kept, start, source, node_gpus)
     jobs.sort(key=_submit_time)
     return jobs
 
@@ -67,8 +70,17 @@ def _submit_time(job: TraceJob) -> float:
     return job.submit_time
 
 
-def _naive_utc(moment: datetime) -> datetime:
-    """A datetime as naive UTC (a naive one is taken as UTC already)."""
+def _naive_utc(moment: datetime | str) -> datetime:
+    """A datetime (or ISO string) as naive UTC; one without a zone is taken as UTC already."""
+    if isinstance(moment, str):
+        try:
+            moment = datetime.fromisoformat(moment)
+        except ValueError:
+            raise ConfigError(
+                f"{moment!r} is not a date and time",
+                where="philly window/origin",
+                fix="write YYYY-MM-DD HH:MM:SS",
+            ) from None
     if moment.tzinfo is None:
         return moment
     return moment.astimezone(UTC).replace(tzinfo=None)
@@ -112,27 +124,35 @@ def _timestamp(text: str, source: Path, line: int) -> datetime:
     return _naive_utc(moment)
 
 
-def _job(row: Row, start: datetime, source: Path, node_gpus: int) -> TraceJob:
-    moment, number, line, duration, gpus, vc = row
-    submit = (moment - start).total_seconds()
-    if submit < 0:
-        raise cell_error(
-            source,
-            line,
-            "timestamp",
-            f"{moment} is before the origin {start}",
-            "give an origin at or before it",
+def _jobs(rows: list[Row], start: datetime, source: Path, node_gpus: int) -> list[TraceJob]:
+    shapes: dict[int, tuple[int, int]] = {}  # gpus -> (replicas, gpus_per_replica), computed once per count
+    jobs: list[TraceJob] = []
+    append = jobs.append
+    for moment, number, line, duration, gpus, vc in rows:
+        submit = (moment - start).total_seconds()
+        if submit < 0:
+            raise cell_error(
+                source,
+                line,
+                "timestamp",
+                f"{moment} is before the origin {start}",
+                "give an origin at or before it",
+            )
+        shape = shapes.get(gpus)
+        if shape is None:
+            shape = shapes[gpus] = split_gpus(gpus, node_gpus)
+        append(
+            TraceJob(
+                job_id=f"job{number:05d}",
+                submit_time=submit,
+                duration=duration,
+                gpus=gpus,
+                queue=vc,
+                replicas=shape[0],
+                gpus_per_replica=shape[1],
+            )
         )
-    replicas, per_replica = split_gpus(gpus, node_gpus)
-    return TraceJob(
-        job_id=f"job{number:05d}",
-        submit_time=submit,
-        duration=duration,
-        gpus=gpus,
-        queue=vc,
-        replicas=replicas,
-        gpus_per_replica=per_replica,
-    )
+    return jobs
 
 
 def load_vc_nodes(path: str | os.PathLike[str] | None = None) -> dict[str, int]:
