@@ -92,7 +92,7 @@ def never_fits(state: ClusterState, spec: JobSpec, req: Request) -> str | None:
             + (f" of model {'|'.join(spec.gpu_model)}" if spec.gpu_model else "")
             + (f"; models in the cluster: {', '.join(models)}" if models else "")
         )
-    most = _static_capacity(state, req)
+    most = static_capacity(state, req, req.max_span)
     if most < spec.replicas:
         scope = state.topology.span_names[req.max_span]
         where = "the whole cluster" if scope == "cluster" else f"one {scope}"
@@ -103,8 +103,8 @@ def never_fits(state: ClusterState, spec: JobSpec, req: Request) -> str | None:
     return None
 
 
-def _static_capacity(state: ClusterState, req: Request) -> int:
-    """Most replicas any allowed domain holds when every node is empty and healthy."""
+def static_capacity(state: ClusterState, req: Request, span: int) -> int:
+    """Most replicas of the gang that one domain of `span` holds when every node is empty."""
     allowed = set(req.classes)
     topo = state.topology
     g = req.gpus_per_replica
@@ -116,12 +116,12 @@ def _static_capacity(state: ClusterState, req: Request) -> int:
             return 1
         return state.specs[node].gpus // g
 
-    if req.max_span <= 1:
+    if span <= 1:
         best = max((replicas_on(n) for n in range(len(state.specs))), default=0)
-        if req.max_span == 0:
+        if span == 0:
             groups = max((state.classes[c].largest_group for c in req.classes), default=0)
             return req.replicas if groups >= req.gpus else 0
         return best
     last = len(topo.span_names) - 1
-    depth = 0 if req.max_span >= last else topo.depth_of_span(req.max_span)
+    depth = 0 if span >= last else topo.depth_of_span(span)
     return max((sum(replicas_on(n) for n in topo.domains[d].nodes) for d in topo.by_depth[depth]), default=0)
