@@ -19,7 +19,7 @@ from corral.core.jobs import PendingJob, QueueState
 from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
 from corral.core.placement import Miss, NodeMask, Request, place
 from corral.core.plugins import Profile
-from corral.core.preempt import select_victims
+from corral.core.preempt import NO_CANDIDATES, Selection, select_victims
 from corral.core.request import never_fits, request_for, shape_of
 from corral.core.state import ClusterState
 
@@ -45,19 +45,31 @@ def _reject_never_fitting(state: ClusterState, profile: Profile, result: CycleRe
     for job in state.unchecked:
         if job.spec.id not in state.jobs:
             continue
-        why = never_fits(state, job.spec, request_for(state, job.spec, profile.filters))
+        job.shape = shape_of(job.spec)
+        why = never_fits(state, job.spec, request_for(state, job.spec, profile.filters, job.shape))
         if why is not None:
             state.remove_pending(job.spec.id)
             result.rejections.append(Reject(job.spec.id, why))
     state.unchecked.clear()
 
 
+_INDICES: dict[int, tuple[int, ...]] = {}
+
+
+def gpu_indices(mask: int) -> tuple[int, ...]:
+    """The GPU indices of a mask, lowest first (memoised: masks repeat)."""
+    found = _INDICES.get(mask)
+    if found is None:
+        found = tuple(i for i in range(mask.bit_length()) if mask >> i & 1)
+        if len(_INDICES) < 65536:
+            _INDICES[mask] = found
+    return found
+
+
 def to_placement(state: ClusterState, placed: list[NodeMask]) -> Placement:
     """Node ids and masks to node names and GPU indices, one entry per replica."""
-    return tuple(
-        ReplicaPlacement(state.specs[n].name, tuple(i for i in range(mask.bit_length()) if mask >> i & 1))
-        for n, mask in placed
-    )
+    specs = state.specs
+    return tuple(ReplicaPlacement(specs[n].name, gpu_indices(mask)) for n, mask in placed)
 
 
 class _Cycle:
@@ -70,6 +82,7 @@ class _Cycle:
         self.reserved_queues: set[str] = set()
         self.blocked: dict[tuple[object, ...], Reason] = {}
         self.started: dict[QueueName, list[JobId]] = {}
+        self.no_victims: dict[QueueName, int] = {}  # queue -> highest class found to have no candidates
 
     # ---- order ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -143,8 +156,10 @@ class _Cycle:
             if why is not None:
                 reasons[spec.id] = why
                 return False
-        req = request_for(self.state, spec, self.profile.filters)
-        shape = (shape_of(spec), spec.queue, spec.priority, spec.time_limit)
+        if job.shape is None:
+            job.shape = shape_of(spec)
+        req = request_for(self.state, spec, self.profile.filters, job.shape)
+        shape = (job.shape, spec.queue, spec.priority, spec.time_limit)
         cached = self.blocked.get(shape)
         if cached is not None:
             reasons[spec.id] = cached
@@ -159,8 +174,9 @@ class _Cycle:
             outcome = self._preempt(job, req)
             if outcome is not None:
                 return outcome  # started at once, or nominated and waiting for its victims
-        reasons[spec.id] = self._blocked(job, req, placed)
-        self.blocked[shape] = reasons[spec.id]
+        text, code = _capacity_text(self.state, req, placed)
+        self.blocked[shape] = Reason(code, text)  # later jobs of this shape wait alike, without a reservation
+        reasons[spec.id] = self._reserve(job, req, text, code)
         return False
 
     def _start(
@@ -221,8 +237,14 @@ class _Cycle:
         victims_plugin = self.profile.victims
         assert victims_plugin is not None
         state = self.state
+        known = self.no_victims.get(job.spec.queue)
+        if known is not None and job.spec.priority <= known:
+            return None  # candidates only shrink during a cycle: none for a higher class, none for this
         selection = select_victims(state, victims_plugin, job, req, self.now)
-        if selection is None or not selection.victims:
+        if selection is NO_CANDIDATES:
+            self.no_victims[job.spec.queue] = max(job.spec.priority, known if known is not None else job.spec.priority)
+            return None
+        if not isinstance(selection, Selection) or not selection.victims:
             return None
         if not victims_plugin.permit(job, selection.victims, state, self.now):
             return None
@@ -246,10 +268,9 @@ class _Cycle:
             return self._nominated(job)
         return False
 
-    def _blocked(self, job: PendingJob, req: Request, miss: Miss) -> Reason:
-        """The reason a job waits for capacity, with its reservation when one is made."""
+    def _reserve(self, job: PendingJob, req: Request, text: str, code: Why) -> Reason:
+        """Reserve capacity for the first capacity-blocked job of its queue; the reason it waits."""
         state = self.state
-        text, code = _capacity_text(state, req, miss)
         queue = job.spec.queue
         if (
             self.profile.backfill

@@ -90,6 +90,10 @@ def borrow_room(state: ClusterState, queue: QueueState) -> tuple[int, int]:
     mine = cohort_of(queue)
     others = 0
     in_use = 0
+    if not _any_quota(state):  # nothing is guaranteed to anyone: only capacity limits borrowing
+        in_use = sum(q.effective_gpus for q in state.queues.values())
+        free = state.total_gpus - in_use
+        return free, free
     for q in state.queues.values():
         in_use += q.effective_gpus
         if q is queue:
@@ -98,6 +102,13 @@ def borrow_room(state: ClusterState, queue: QueueState) -> tuple[int, int]:
         unlendable = spec.quota - spec.lendable if cohort_of(q) == mine else spec.quota
         others += max(q.effective_gpus, unlendable)
     return state.total_gpus - others - queue.effective_gpus, state.total_gpus - in_use
+
+
+def _any_quota(state: ClusterState) -> bool:
+    cached = state.cache.get("any_quota")
+    if not isinstance(cached, bool):
+        cached = state.cache["any_quota"] = any(q.spec.quota for q in state.queues.values())
+    return cached
 
 
 def can_reclaim(state: ClusterState, taker: QueueState, need: int, victim: QueueState, freed: int) -> bool:

@@ -33,6 +33,7 @@ class PendingJob:
     avoid_nodes: frozenset[int] = frozenset()
     key: tuple[object, ...] = ()
     true_duration: float | None = None  # known only to the simulator, used only by the sjf oracle
+    shape: tuple[object, ...] | None = None  # placement-relevant fields, computed once
 
 
 @dataclass(slots=True, eq=False)

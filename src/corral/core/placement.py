@@ -28,6 +28,8 @@ class Request:
     per_node: bool
     cpus: int
     memory: float
+    single_group: tuple[int, ...] = ()  # classes whose nodes are one NVLink domain
+    multi_group: tuple[int, ...] = ()  # classes with several NVLink domains, one large enough for the gang
 
     @property
     def gpus(self) -> int:
@@ -86,12 +88,7 @@ def place(state: ClusterState, req: Request, avoid: frozenset[int] = frozenset()
 def _nvlink_fit(state: ClusterState, req: Request) -> int:
     """The node whose best NVLink group fits the whole gang most tightly; -1 when none."""
     total = req.gpus
-    single = [c for c in req.classes if state.classes[c].nvlink_groups == 1]
-    multi = [
-        c
-        for c in req.classes
-        if state.classes[c].nvlink_groups > 1 and state.classes[c].largest_group >= total
-    ]
+    single, multi = req.single_group, req.multi_group
     node = state.index.best_fit(0, single, total) if single else -1
     if multi:
         other = state.nvl_index.best_fit(0, multi, total)
@@ -196,6 +193,8 @@ def _take(state: ClusterState, req: Request, chosen: list[tuple[int, int]]) -> l
 
 def pick_gpus(free: int, groups: tuple[int, ...], count: int) -> int:
     """`count` GPUs from `free`: inside the tightest NVLink group that holds them, else fewest groups."""
+    if len(groups) == 1:
+        return _lowest_bits(free, count)
     best_group, best_free = 0, 1 << 30
     for group in groups:
         n = (free & group).bit_count()
@@ -213,6 +212,8 @@ def pick_gpus(free: int, groups: tuple[int, ...], count: int) -> int:
 
 
 def _lowest_bits(bits: int, count: int) -> int:
+    if count == 1:
+        return bits & -bits
     mask = 0
     while count > 0 and bits:
         low = bits & -bits

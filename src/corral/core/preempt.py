@@ -26,17 +26,21 @@ class Selection:
     victims: list[RunningAttempt]
 
 
+NO_CANDIDATES = "no candidates"
+
+
 def select_victims(
     state: ClusterState, plugin: Victims, job: PendingJob, req: Request, now: float
-) -> Selection | None:
-    """Choose victims for `job`, or None when no eligible set frees one placement."""
+) -> Selection | str | None:
+    """Choose victims for `job`; None when no eligible set frees one placement, NO_CANDIDATES when
+    no running attempt is eligible at all."""
     candidates = [
         a
         for a in state.running.values()
         if a.preempting_deadline is None and plugin.eligible(job, a, state, now)
     ]
     if not candidates:
-        return None
+        return NO_CANDIDATES
     candidates.sort(key=lambda a: plugin.order_key(a, state, now))
     allowed = set(req.classes)
     on_node: dict[int, list[RunningAttempt]] = {}

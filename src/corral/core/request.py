@@ -45,10 +45,12 @@ def allows(spec: JobSpec, node_class: NodeClass) -> bool:
     return all(node.labels.get(k) == v for k, v in spec.node_selector.items())
 
 
-def request_for(state: ClusterState, spec: JobSpec, filters: Sequence[NodeFilter] = ()) -> Request:
+def request_for(
+    state: ClusterState, spec: JobSpec, filters: Sequence[NodeFilter] = (), shape: tuple[object, ...] | None = None
+) -> Request:
     """The placement request of a job, cached per shape until the cluster's capacity changes."""
     cache = state.cache
-    key = ("request", shape_of(spec), tuple(id(f) for f in filters))
+    key = ("request", shape or shape_of(spec), *(id(f) for f in filters))
     cached = cache.get(key)
     if isinstance(cached, Request):
         return cached
@@ -59,6 +61,7 @@ def request_for(state: ClusterState, spec: JobSpec, filters: Sequence[NodeFilter
     max_span = last
     if spec.topology.pack is not None and spec.topology.required:
         max_span = state.topology.span_index(spec.topology.pack)
+    total = spec.gpus
     req = Request(
         spec.replicas,
         spec.gpus_per_replica,
@@ -67,6 +70,8 @@ def request_for(state: ClusterState, spec: JobSpec, filters: Sequence[NodeFilter
         spec.launch is Launch.PER_NODE,
         spec.cpus_per_replica,
         spec.memory_gib_per_replica,
+        tuple(c for c in classes if state.classes[c].nvlink_groups == 1),
+        tuple(c for c in classes if state.classes[c].nvlink_groups > 1 and state.classes[c].largest_group >= total),
     )
     cache[key] = req
     return req
@@ -104,7 +109,15 @@ def never_fits(state: ClusterState, spec: JobSpec, req: Request) -> str | None:
 
 
 def static_capacity(state: ClusterState, req: Request, span: int) -> int:
-    """Most replicas of the gang that one domain of `span` holds when every node is empty."""
+    """Most replicas of the gang that one domain of `span` holds when every node is empty (cached)."""
+    key = ("static", req, span)
+    cached = state.cache.get(key)
+    if not isinstance(cached, int):
+        cached = state.cache[key] = _static_capacity(state, req, span)
+    return cached
+
+
+def _static_capacity(state: ClusterState, req: Request, span: int) -> int:
     allowed = set(req.classes)
     topo = state.topology
     g = req.gpus_per_replica

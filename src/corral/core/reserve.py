@@ -29,17 +29,14 @@ def earliest_fit(state: ClusterState, req: Request, now: float) -> Reservation |
     index = state.index
     found: tuple[float, list[tuple[int, int]]] | None = None
     ends = state.by_end
-    i = 0
-    while i < len(ends):
-        end = ends[i][0]
+    g = max(1, req.gpus_per_replica)
+    for end, _, job_id in list(ends):
         if end == INFINITY:
             break
-        while i < len(ends) and ends[i][0] == end:
-            attempt = state.running[ends[i][2]]
-            for node, mask, cpus, memory in state.attempt_resources(attempt):
-                state.give_back(node, mask, cpus, memory, attempt.exclusive)
-            i += 1
-        if index.capacity(0, req.classes, max(1, req.gpus_per_replica))[0] < req.replicas:
+        attempt = state.running[job_id]
+        for node, mask, cpus, memory in state.attempt_resources(attempt):
+            state.give_back(node, mask, cpus, memory, attempt.exclusive)
+        if index.capacity(0, req.classes, g)[0] < req.replicas:
             continue
         inner = state.plan.checkpoint()
         placed = place(state, req)
