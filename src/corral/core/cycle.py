@@ -242,7 +242,9 @@ class _Cycle:
             return None  # candidates only shrink during a cycle: none for a higher class, none for this
         selection = select_victims(state, victims_plugin, job, req, self.now)
         if selection is NO_CANDIDATES:
-            self.no_victims[job.spec.queue] = max(job.spec.priority, known if known is not None else job.spec.priority)
+            self.no_victims[job.spec.queue] = max(
+                job.spec.priority, known if known is not None else job.spec.priority
+            )
             return None
         if not isinstance(selection, Selection) or not selection.victims:
             return None

@@ -46,7 +46,10 @@ def allows(spec: JobSpec, node_class: NodeClass) -> bool:
 
 
 def request_for(
-    state: ClusterState, spec: JobSpec, filters: Sequence[NodeFilter] = (), shape: tuple[object, ...] | None = None
+    state: ClusterState,
+    spec: JobSpec,
+    filters: Sequence[NodeFilter] = (),
+    shape: tuple[object, ...] | None = None,
 ) -> Request:
     """The placement request of a job, cached per shape until the cluster's capacity changes."""
     cache = state.cache
@@ -71,7 +74,11 @@ def request_for(
         spec.cpus_per_replica,
         spec.memory_gib_per_replica,
         tuple(c for c in classes if state.classes[c].nvlink_groups == 1),
-        tuple(c for c in classes if state.classes[c].nvlink_groups > 1 and state.classes[c].largest_group >= total),
+        tuple(
+            c
+            for c in classes
+            if state.classes[c].nvlink_groups > 1 and state.classes[c].largest_group >= total
+        ),
     )
     cache[key] = req
     return req

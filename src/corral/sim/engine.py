@@ -13,12 +13,13 @@ import heapq
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from corral.config.cluster_file import ClusterConfig
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult
 from corral.core.errors import TraceError
-from corral.core.model import JobId, JobSpec, NodeState, QueueName, Topology
+from corral.core.model import JobId, JobSpec, NodeName, NodeState, QueueName, Topology
 from corral.core.plugins import Profile
 from corral.core.request import request_for
 from corral.core.state import ClusterState
@@ -246,18 +247,18 @@ class Simulation:
 
     # ---- events -------------------------------------------------------------------------
     def _handle(self, kind: int, payload: object, now: float) -> bool:
-        if kind == _END:
-            job_id, attempt, failure = payload  # type: ignore[misc]
-            return self._end(job_id, attempt, failure, now)
-        if kind == _STOP:
-            job_id, attempt, reason = payload  # type: ignore[misc]
-            return self._requeue(job_id, attempt, "preempt", reason, now)
+        if kind in (_END, _STOP):
+            job_id, attempt, note = cast(tuple[str, int, str | None], payload)
+            if kind == _END:
+                return self._end(job_id, attempt, note, now)
+            return self._requeue(job_id, attempt, "preempt", note or "preempted", now)
+        name = cast(NodeName, payload)
         if kind == _FAIL_NODE:
-            return self._fail_node(payload, now)  # type: ignore[arg-type]
+            return self._fail_node(name, now)
         if kind == _REPAIR:
-            self.state.set_node_state(payload, NodeState.UP)  # type: ignore[arg-type]
+            self.state.set_node_state(name, NodeState.UP)
             if self.options.node_mtbf:
-                self._push(now + self.rng.expovariate(1.0 / self.options.node_mtbf), _FAIL_NODE, payload)
+                self._push(now + self.rng.expovariate(1.0 / self.options.node_mtbf), _FAIL_NODE, name)
             return True
         return False
 
@@ -297,10 +298,10 @@ class Simulation:
         )
         return True
 
-    def _fail_node(self, name: str, now: float) -> bool:
+    def _fail_node(self, name: NodeName, now: float) -> bool:
         state = self.state
-        node = state.node_ids[name]  # type: ignore[index]
-        state.set_node_state(name, NodeState.DOWN)  # type: ignore[arg-type]
+        node = state.node_ids[name]
+        state.set_node_state(name, NodeState.DOWN)
         victims = [a for a in state.running.values() if any(n == node for n, _ in a.placement)]
         for a in victims:
             self._requeue(a.spec.id, a.attempt, "lost", f"node {name} failed", now)
