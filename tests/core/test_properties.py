@@ -227,3 +227,38 @@ def test_fast_placement_is_as_good_as_brute_force(data: st.DataObject) -> None:
         return
     assert isinstance(placed, list), f"fast path found nothing, brute force found {expected}"
     assert _quality(state, placed) == expected
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_victim_selection_shortcut_never_misses_what_the_full_scan_finds(data: st.DataObject) -> None:
+    from corral.core.preempt import Selection, _full_scan, select_victims
+
+    state = data.draw(clusters())
+    profile = load_policy("default")
+    for spec in data.draw(jobs(len(state.queues), 0)):
+        state.submit(JobSpec(**{**_fields(spec), "priority": 0, "priority_class": "low"}))
+    schedule(state, profile, 0.0)
+    gpus = data.draw(st.sampled_from([1, 2, 4, 8]))
+    spec = JobSpec(
+        JobId("urgent"),
+        QueueName("q0"),
+        replicas=data.draw(st.integers(1, 3)),
+        gpus_per_replica=gpus,
+        priority=10000,
+        priority_class="urgent",
+    )
+    pending = state.submit(spec)
+    req = request_for(state, spec)
+    assert profile.victims is not None
+    fast = select_victims(state, profile.victims, pending, req, 5000.0)
+    full = _full_scan(state, profile.victims, pending, req, 5000.0)
+    def has_victims(s: object) -> bool:
+        return isinstance(s, Selection) and bool(s.victims)
+
+    if isinstance(full, Selection) and not full.victims:
+        return  # the job fits without preempting anyone
+    assert has_victims(fast) == has_victims(full), (fast, full)
+    if isinstance(fast, Selection):
+        ids = {v.spec.id for v in fast.victims}
+        assert all(state.running[i].spec.priority < 10000 for i in ids)

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from corral.core.decisions import Reason
 from corral.core.jobs import PendingJob, QueueState, RunningAttempt
-from corral.core.model import JobSpec
+from corral.core.model import JobSpec, QueueName
 from corral.core.state import ClusterState, NodeClass
 
 
@@ -46,6 +46,12 @@ class Victims(Protocol):
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
     ) -> bool: ...
+
+    def group_eligible(
+        self, preemptor: PendingJob, queue: QueueName, priority: int, state: ClusterState, now: float
+    ) -> bool:
+        """Could some preemptible attempt of this queue and class be a victim? (an upper bound)"""
+        ...
 
     def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]: ...
 

@@ -1,12 +1,17 @@
 """Victim selection: whole gangs whose freed GPUs form one placement for a blocked job.
 
-1. Candidates are the running attempts the `Victims` plugin allows, taken in its order.
-2. Each schedulable node's *potential* is its available GPUs plus its candidates' GPUs; the
-   tightest span whose domain can hold the gang on potentials is chosen, and inside it the
-   nodes that are cheapest to free (lowest class first, then least lost work).
-3. The victims those nodes need are released tentatively through the plan and the job is
-   placed as usual; victims the placement does not touch are dropped; the plan is rolled back
-   (victims keep running until they stop; the job is nominated to the placement).
+1. Each schedulable node's *potential* is its available GPUs plus what its candidate victims
+   hold. The fast path bounds it from per-node aggregates (`Occupancy`): GPUs per (queue,
+   class) that the `Victims` plugin's `group_eligible` allows, without visiting attempts.
+2. The tightest span whose domain holds the gang on potentials is chosen, and inside it the
+   nodes cheapest to free: lowest class first, then least lost work (GPU-seconds since the
+   last checkpoint).
+3. Only on the chosen nodes are attempts checked one by one (`eligible`, `order_key`); if the
+   bound was too optimistic there (a job inside its minimum run time, say), every running attempt
+   is examined instead (the full scan), so the answer never depends on the shortcut.
+4. The victims are released tentatively through the plan and the job is placed as usual;
+   victims the placement does not touch are dropped; the plan is rolled back (victims keep
+   running until they stop; the job is nominated to the placement).
 """
 
 from __future__ import annotations
@@ -19,6 +24,10 @@ from corral.core.placement import NodeMask, Request, place
 from corral.core.plugins import Victims
 from corral.core.state import ClusterState
 
+NO_CANDIDATES = "no candidates"
+Cost = tuple[int, float]  # (highest class taken, lost GPU-seconds)
+_FREE: Cost = (-(1 << 62), 0.0)
+
 
 @dataclass(slots=True)
 class Selection:
@@ -26,22 +35,90 @@ class Selection:
     victims: list[RunningAttempt]
 
 
-NO_CANDIDATES = "no candidates"
-
-
 def select_victims(
     state: ClusterState, plugin: Victims, job: PendingJob, req: Request, now: float
 ) -> Selection | str | None:
     """Choose victims for `job`; None when no eligible set frees one placement, NO_CANDIDATES when
-    no running attempt is eligible at all."""
+    no running attempt can be a victim at all."""
+    fast = _by_aggregates(state, plugin, job, req, now)
+    if fast is not _RETRY:
+        return fast
+    return _full_scan(state, plugin, job, req, now)
+
+
+_RETRY = "retry"
+
+
+def _by_aggregates(
+    state: ClusterState, plugin: Victims, job: PendingJob, req: Request, now: float
+) -> Selection | str | None:
+    ok = {key for key in state.occupancy.totals if plugin.group_eligible(job, key[0], key[1], state, now)}
+    if not ok:
+        return NO_CANDIDATES
+    g = max(1, req.gpus_per_replica)
+    allowed = set(req.classes)
+    avail = state.index.avail
+    node_class = state.node_class
+    potential: dict[int, int] = {}
+    for node, groups in enumerate(state.occupancy.groups):
+        have = avail[node]
+        for key, entry in groups.items():
+            if key in ok:
+                have += int(entry[0])
+        if have >= g and node_class[node] in allowed and state.is_schedulable(node):
+            potential[node] = have
+
+    def cost(node: int, gpus: int) -> Cost:
+        have = avail[node]
+        if have >= gpus:
+            return _FREE
+        worst, lost = -(1 << 62), 0.0
+        for (queue, priority), (count, since) in sorted(
+            state.occupancy.groups[node].items(), key=lambda kv: kv[0][1]
+        ):
+            if have >= gpus:
+                break
+            if (queue, priority) in ok:
+                have += int(count)
+                worst = max(worst, priority)
+                lost += count * now - since
+        return (worst, lost)
+
+    nodes = _choose_nodes(state, req, potential, cost)
+    if nodes is None:
+        return None  # even the optimistic bound cannot hold the gang
+    victims: dict[int, RunningAttempt] = {}
+    for node, gpus in nodes:
+        have = avail[node]
+        candidates = [
+            a
+            for a in state.occupancy.jobs[node].values()
+            if a.preempting_deadline is None and a.start < now and plugin.eligible(job, a, state, now)
+        ]
+        candidates.sort(key=lambda a: plugin.order_key(a, state, now))
+        for a in candidates:
+            if have >= gpus:
+                break
+            victims.setdefault(id(a), a)
+            have += sum(m.bit_count() for n, m in a.placement if n == node)
+        if have < gpus:
+            return _RETRY
+    return _confirm(state, req, job, list(victims.values()))
+
+
+def _full_scan(
+    state: ClusterState, plugin: Victims, job: PendingJob, req: Request, now: float
+) -> Selection | str | None:
+    """The exact path: every running attempt is checked and ranked by the plugin."""
     candidates = [
         a
         for a in state.running.values()
-        if a.preempting_deadline is None and plugin.eligible(job, a, state, now)
+        if a.preempting_deadline is None and a.start < now and plugin.eligible(job, a, state, now)
     ]
     if not candidates:
         return NO_CANDIDATES
     candidates.sort(key=lambda a: plugin.order_key(a, state, now))
+    rank = {id(a): i for i, a in enumerate(candidates)}
     allowed = set(req.classes)
     on_node: dict[int, list[RunningAttempt]] = {}
     for a in candidates:
@@ -50,71 +127,71 @@ def select_victims(
                 lst = on_node.setdefault(node, [])
                 if not lst or lst[-1] is not a:
                     lst.append(a)
-    rank = {id(a): i for i, a in enumerate(candidates)}
-    nodes = _choose_nodes(state, req, on_node, rank)
+    g = max(1, req.gpus_per_replica)
+    avail = state.index.avail
+    potential = {n: avail[n] for n in state.index.nodes_by_avail(0, req.classes, g, True)}
+    for node, attempts in on_node.items():
+        potential[node] = avail[node] + sum(
+            m.bit_count() for a in attempts for n, m in a.placement if n == node
+        )
+
+    def cost(node: int, gpus: int) -> Cost:
+        have, worst = avail[node], -(1 << 62)
+        for a in on_node.get(node, ()):
+            if have >= gpus:
+                break
+            worst = max(worst, rank[id(a)])
+            have += sum(m.bit_count() for n, m in a.placement if n == node)
+        return (worst, 0.0) if worst > _FREE[0] else _FREE
+
+    nodes = _choose_nodes(state, req, {n: p for n, p in potential.items() if p >= g}, cost)
     if nodes is None:
         return None
     needed: dict[int, RunningAttempt] = {}
     for node, gpus in nodes:
-        have = state.index.avail[node]
+        have = avail[node]
         for a in on_node.get(node, ()):
             if have >= gpus:
                 break
-            if id(a) not in needed:
-                needed[id(a)] = a
+            needed.setdefault(id(a), a)
             have += sum(m.bit_count() for n, m in a.placement if n == node)
     return _confirm(state, req, job, list(needed.values()))
 
 
 def _choose_nodes(
-    state: ClusterState, req: Request, on_node: dict[int, list[RunningAttempt]], rank: dict[int, int]
+    state: ClusterState, req: Request, potential: dict[int, int], cost: Callable[[int, int], Cost]
 ) -> list[tuple[int, int]] | None:
     """(node, GPUs wanted there) for the cheapest domain at the tightest feasible span."""
-    g = max(1, req.gpus_per_replica)
-    potential: dict[int, int] = {}
-    for node, victims in on_node.items():
-        gpus = state.index.avail[node] + sum(
-            m.bit_count() for v in victims for n, m in v.placement if n == node
-        )
-        if gpus >= g:
-            potential[node] = gpus
-    free_nodes = [n for n in state.index.nodes_by_avail(0, req.classes, g, True) if n not in potential]
-    free_slots = sum(state.index.avail[n] // g for n in free_nodes)
-    if sum(p // g for p in potential.values()) + free_slots < req.replicas:
+    per_replica = max(1, req.gpus_per_replica)
+    if sum(1 if req.per_node else p // per_replica for p in potential.values()) < req.replicas:
         return None
-    for node in free_nodes:
-        potential[node] = state.index.avail[node]
     topo = state.topology
     last = len(topo.span_names) - 1
+    memo: dict[tuple[int, int], Cost] = {}
 
-    def cost(node: int, gpus: int) -> tuple[int, int]:
-        have = state.index.avail[node]
-        worst = -1
-        for v in on_node.get(node, ()):
-            if have >= gpus:
-                break
-            worst = max(worst, rank[id(v)])
-            have += sum(m.bit_count() for n, m in v.placement if n == node)
-        return (worst, len(on_node.get(node, ())))
+    def cached(node: int, gpus: int) -> Cost:
+        key = (node, gpus)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = cost(node, gpus)
+        return found
 
-    per_replica = req.gpus_per_replica
-    if req.per_node:
-        per_replica = g
-    spans = [1] if req.replicas * per_replica <= max(potential.values(), default=0) else []
+    spans = [1] if req.gpus <= max(potential.values(), default=0) and not req.per_node else []
     spans += list(range(2, min(req.max_span, last) + 1))
     for span in spans:
         depth = 0 if span in (1, last) else topo.depth_of_span(span)
-        best: tuple[tuple[int, int], list[tuple[int, int]]] | None = None
+        best: tuple[tuple[int, float, int], list[tuple[int, int]]] | None = None
         for dom in topo.by_depth[depth]:
             members = [n for n in topo.domains[dom].nodes if n in potential]
             if span == 1:
                 members = [n for n in members if potential[n] >= req.gpus]
                 if not members:
                     continue
-                node = min(members, key=lambda n: (cost(n, req.gpus), potential[n]))
-                choice = (cost(node, req.gpus), [(node, req.gpus)])
+                node = min(members, key=lambda n: (cached(n, req.gpus), potential[n]))
+                worst, lost = cached(node, req.gpus)
+                choice = ((worst, lost, 1), [(node, req.gpus)])
             else:
-                picked = _pick_in_domain(members, potential, req, per_replica, cost)
+                picked = _pick_in_domain(members, potential, req, per_replica, cached)
                 if picked is None:
                     continue
                 choice = picked
@@ -130,24 +207,24 @@ def _pick_in_domain(
     potential: dict[int, int],
     req: Request,
     per_replica: int,
-    cost: Callable[[int, int], tuple[int, int]],
-) -> tuple[tuple[int, int], list[tuple[int, int]]] | None:
+    cost: Callable[[int, int], Cost],
+) -> tuple[tuple[int, float, int], list[tuple[int, int]]] | None:
     slots = {n: (1 if req.per_node else potential[n] // per_replica) for n in members}
     if sum(slots.values()) < req.replicas:
         return None
     order = sorted(members, key=lambda n: (cost(n, slots[n] * per_replica), -slots[n]))
-    left, chosen, worst = req.replicas, [], (-1, 0)
+    left, chosen, worst, lost = req.replicas, [], _FREE[0], 0.0
     for n in order:
         take = min(left, slots[n])
         if take <= 0:
             continue
         c = cost(n, take * per_replica)
-        worst = max(worst, c)
+        worst, lost = max(worst, c[0]), lost + c[1]
         chosen.append((n, take * per_replica))
         left -= take
         if left == 0:
             break
-    return (worst[0], len(chosen)), chosen
+    return (worst, lost, len(chosen)), chosen
 
 
 def _confirm(

@@ -26,6 +26,7 @@ from corral.core.model import (
     QueueName,
     QueueSpec,
 )
+from corral.core.occupancy import Occupancy
 from corral.core.plan import Plan
 from corral.core.topology import ClusterTopology
 
@@ -72,6 +73,7 @@ class ClusterState:
         self.total_gpus = self.total_cpus = 0
         self.total_memory = 0.0
         self.running: dict[JobId, RunningAttempt] = {}
+        self.occupancy = Occupancy()
         self.by_end: list[tuple[float, int, JobId]] = []
         self._start_seq = 0
         self.queues: dict[QueueName, QueueState] = {q.name: QueueState(q) for q in queues}
@@ -130,6 +132,7 @@ class ClusterState:
         self.nvl_index.add_node(node, cls, (0,))
         self.specs.append(spec)
         self.node_ids[spec.name] = node
+        self.occupancy.add_node()
         self.node_class.append(cls)
         self.group_masks.append(tuple(sum(1 << i for i in g) for g in spec.nvlink))
         self.node_state.append(state)
@@ -358,6 +361,7 @@ class ClusterState:
         if job_id in self.running:
             raise InvariantError(f"job {job_id} already has a live attempt")
         self.running[job_id] = attempt
+        self.occupancy.add(attempt)
         self._start_seq += 1
         attempt.end_key = (attempt.expected_end, self._start_seq, job_id)
         insort(self.by_end, attempt.end_key)
@@ -365,6 +369,7 @@ class ClusterState:
 
     def _remove_running_raw(self, job_id: JobId) -> RunningAttempt:
         attempt = self.running.pop(job_id)
+        self.occupancy.remove(attempt)
         self._drop_end_key(attempt)
         return attempt
 
@@ -381,6 +386,7 @@ class ClusterState:
         With `requeue` the job returns to pending with its service so far; otherwise it is gone.
         """
         attempt = self.running.pop(job_id)
+        self.occupancy.remove(attempt)
         self._drop_end_key(attempt)
         for node, mask, cpus, memory in self.attempt_resources(attempt):
             self._untake(node, mask, cpus, memory, attempt.exclusive)
@@ -406,6 +412,7 @@ class ClusterState:
         attempt = self.running[job_id]
         if attempt.preempting_deadline is None:
             self.queues[attempt.spec.queue].leaving_gpus += attempt.spec.gpus
+            self.occupancy.stopping(attempt)
         self._drop_end_key(attempt)
         attempt.preempting_deadline = deadline
         attempt.preempted_by = by
@@ -414,7 +421,10 @@ class ClusterState:
         insort(self.by_end, attempt.end_key)
 
     def record_checkpoint(self, job_id: JobId, when: float) -> None:
-        self.running[job_id].last_checkpoint = when
+        attempt = self.running[job_id]
+        before = attempt.last_checkpoint
+        attempt.last_checkpoint = when
+        self.occupancy.checkpointed(attempt, before)
 
     # ---- nominations -------------------------------------------------------------------
     def nominate(

@@ -49,6 +49,16 @@ class PriorityReclaim:
             state, state.queues[mine.queue], mine.gpus, state.queues[theirs.queue], theirs.gpus
         )
 
+    def group_eligible(
+        self, preemptor: PendingJob, queue: QueueName, priority: int, state: ClusterState, now: float
+    ) -> bool:
+        mine = preemptor.spec
+        if queue == mine.queue:
+            return mine.priority > priority
+        if not self.args.reclaim:
+            return False
+        return can_reclaim(state, state.queues[mine.queue], mine.gpus, state.queues[queue], 0)
+
     def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
         spec = victim.spec
         queue = state.queues[spec.queue]
@@ -90,6 +100,11 @@ class AttainedService:
             return False
         served = victim.job.attained + victim.spec.gpus * (now - victim.start)
         return self._level(served) > self._level(preemptor.attained)
+
+    def group_eligible(
+        self, preemptor: PendingJob, queue: QueueName, priority: int, state: ClusterState, now: float
+    ) -> bool:
+        return True  # attained service is per attempt: checked one by one
 
     def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
         served = victim.job.attained + victim.spec.gpus * (now - victim.start)
