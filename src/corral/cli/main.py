@@ -136,5 +136,102 @@ def plan(
         raise typer.Exit(EXIT_REJECTED)
 
 
+@app.command()
+def simulate(
+    cluster: Annotated[Path, typer.Option("--cluster", "-c", help="cluster file (YAML)")],
+    trace: Annotated[
+        Path, typer.Option("--trace", "-t", help="trace in the common CSV form (`corral trace convert`)")
+    ],
+    policy: Annotated[
+        list[str] | None, typer.Option("--policy", "-p", help="policy; repeat to compare")
+    ] = None,
+    events_out: Annotated[Path | None, typer.Option(help="write the event log (JSON Lines) here")] = None,
+    report: Annotated[
+        Path | None, typer.Option(help="write an HTML report with plots into this folder")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the measures as JSON")] = False,
+    min_interval: Annotated[float, typer.Option(help="seconds between scheduling cycles, at least")] = 0.0,
+    node_mtbf: Annotated[float | None, typer.Option(help="mean seconds between failures of a node")] = None,
+    node_repair: Annotated[float, typer.Option(help="seconds a failed node stays down")] = 3600.0,
+    restart_overhead: Annotated[
+        float, typer.Option(help="seconds of extra run time after a preemption")
+    ] = 30.0,
+    slowdown: Annotated[
+        str, typer.Option(help="run-time penalties for spreading: NVLINK,NODES,LEVEL (fractions)")
+    ] = "0.05,0.15,0.10",
+    seed: Annotated[int, typer.Option(help="seed of the random node failures")] = 0,
+) -> None:
+    """Replay a trace through the scheduling core on a virtual clock; compare policies side by side."""
+    from corral.cli.simulate import simulate as run
+    from corral.core.errors import ConfigError, TraceError
+    from corral.sim.engine import SimOptions
+    from corral.sim.jobmodel import PreemptionCost, Slowdown
+    from corral.sim.trace import read_trace
+
+    cfg = _load_cluster(cluster)
+    try:
+        penalties = [float(x) for x in slowdown.split(",")]
+        if len(penalties) != 3:
+            raise ValueError
+        options = SimOptions(
+            min_interval=min_interval,
+            slowdown=Slowdown(*penalties),
+            preemption=PreemptionCost(restart_overhead),
+            node_mtbf=node_mtbf,
+            node_repair=node_repair,
+            seed=seed,
+        )
+    except ValueError:
+        _fail(f"--slowdown {slowdown!r}: give three fractions, e.g. 0.05,0.15,0.10")
+    if min_interval < 0 or (node_mtbf is not None and node_mtbf <= 0):
+        _fail("--min-interval must be >= 0 and --node-mtbf > 0")
+    try:
+        jobs = read_trace(trace, largest_node_gpus=cfg.largest_node_gpus)
+        run(cfg, jobs, policy or ["default"], options, events_out, report, as_json)
+    except (ConfigError, TraceError) as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"{exc.filename}: {exc.strerror}")
+
+
+trace_app = typer.Typer(
+    help="Traces: convert public GPU cluster traces to Corral's CSV form.", no_args_is_help=True
+)
+app.add_typer(trace_app, name="trace")
+
+
+@trace_app.command("convert")
+def trace_convert(
+    source: Annotated[str, typer.Argument(help="philly, pollux, sia, gavel, tiresias, shockwave or csv")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="where to write the common CSV")],
+    path: Annotated[
+        str | None, typer.Argument(help="file or name inside ../shared/traces (some need one)")
+    ] = None,
+    option: Annotated[
+        list[str] | None, typer.Option("--option", help="loader option NAME=VALUE, e.g. vcs=6214e9,11cb48")
+    ] = None,
+) -> None:
+    """Convert a public trace to the common trace form (DESIGN.md 4.5)."""
+    from corral.core.errors import ConfigError, TraceError
+    from corral.sim.loaders import convert
+
+    options: dict[str, Any] = {}
+    for item in option or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            _fail(f"--option {item!r}: write NAME=VALUE")
+        options[name] = int(value) if value.isdigit() else value
+    if "window" in options:
+        start, _, end = str(options["window"]).partition("..")
+        options["window"] = (start, end)
+    try:
+        count = convert(source, path, out, **options)
+    except (ConfigError, TraceError) as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"{exc.filename}: {exc.strerror}")
+    typer.echo(f"wrote {count} jobs to {out}")
+
+
 def main() -> None:  # pragma: no cover - console entry point
     sys.exit(app())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -92,6 +92,7 @@ class Simulation:
         self.events: list[tuple[float, int, int, object]] = []
         self._n = 0
         self.rng = random.Random(options.seed)
+        self.on_progress: Callable[[int], None] | None = None  # called with the jobs submitted so far
 
     # ---- set-up --------------------------------------------------------------------------
     def _job(self, t: TraceJob, seq: int) -> _Job:
@@ -160,6 +161,8 @@ class Simulation:
                 self._submit(arrivals[i], now)
                 i += 1
                 changed = True
+                if self.on_progress is not None and not i % 1024:
+                    self.on_progress(i)
             if not (changed or cycle_due) or not self.state.jobs:
                 continue
             if now - last_cycle < self.options.min_interval:
