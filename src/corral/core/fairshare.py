@@ -32,8 +32,13 @@ def advance_usage(state: ClusterState, now: float, half_life: float) -> None:
     if last is None:
         return
     elapsed = now - last
+    if elapsed <= 0:
+        return
+    factor: float = 0.5 ** (elapsed / half_life)  # decay_usage, with the factor shared by every queue
+    gain = (half_life / math.log(2)) * (1.0 - factor)
     for queue in state.queues.values():
-        queue.usage = decay_usage(queue.usage, queue.alloc_gpus, elapsed, half_life)
+        if queue.usage or queue.alloc_gpus:
+            queue.usage = queue.usage * factor + queue.alloc_gpus * gain
 
 
 def usage_share(state: ClusterState, queue: QueueState, half_life: float | None) -> float:

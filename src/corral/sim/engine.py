@@ -86,6 +86,7 @@ class Simulation:
         self.ideal = IdealSpans(self.state)
         self.stats = SimStats()
         self.jobs: dict[str, _Job] = {}
+        self._queues = {q.name: q for q in cluster.queues}
         ordered = sorted(trace, key=lambda t: t.submit_time)  # stable: ties keep row order
         self.arrivals = [self._job(t, seq) for seq, t in enumerate(ordered)]
         self.stats.jobs = len(self.arrivals)
@@ -98,7 +99,7 @@ class Simulation:
     def _job(self, t: TraceJob, seq: int) -> _Job:
         c = self.cluster
         queue_name = t.queue if t.queue is not None else (c.queues[0].name if c.queues else "default")
-        queue = next((q for q in c.queues if q.name == queue_name), None)
+        queue = self._queues.get(queue_name)
         if queue is None:
             known = ", ".join(q.name for q in c.queues)
             raise TraceError(
@@ -227,10 +228,8 @@ class Simulation:
         for s in result.starts:
             job = self.jobs[s.job]
             attempt = state.running[s.job]
-            nodes = [n for n, _ in attempt.placement]
-            groups = len({g for n, m in attempt.placement for g in state.group_masks[n] if g & m})
-            span = state.topology.span_of(nodes, groups)
-            ideal = self.ideal.of(request_for(state, job.spec, self.profile.filters))
+            span = _span(state, attempt.placement)
+            ideal = self.ideal.of(request_for(state, job.spec, self.profile.filters, attempt.job.shape))
             job.attempt, job.started = s.attempt, now
             job.factor = self.options.slowdown.factor(span, ideal)
             names = state.topology.span_names
@@ -310,3 +309,17 @@ class Simulation:
             self._requeue(a.spec.id, a.attempt, "lost", f"node {name} failed", now)
         self._push(now + self.options.node_repair, _REPAIR, name)
         return True
+
+
+def _span(state: ClusterState, placement: list[tuple[int, int]]) -> int:
+    """The tightest span index that holds a placement."""
+    first = placement[0][0]
+    if all(n == first for n, _ in placement):
+        masks = state.group_masks[first]
+        if len(masks) == 1:
+            return 0
+        used = 0
+        for _, m in placement:
+            used |= m
+        return 0 if sum(1 for g in masks if g & used) <= 1 else 1
+    return state.topology.span_of([n for n, _ in placement], 2)
