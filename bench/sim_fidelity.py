@@ -59,10 +59,13 @@ def replay(policy: str = "fifo") -> list[dict[str, float | str]]:
 def _row(
     vc: str, jobs: int, jct: float, queue: float, ref_jct: float, ref_queue: float
 ) -> dict[str, float | str]:
-    return {
-        "vc": vc, "jobs": jobs, "jct": jct, "ref_jct": ref_jct, "jct_ratio": jct / ref_jct if ref_jct else 1.0,
-        "queue": queue, "ref_queue": ref_queue, "queue_ratio": queue / ref_queue if ref_queue else float("nan"),
-    }  # fmt: skip
+    jct_ratio = jct / ref_jct if ref_jct else 1.0
+    queue_ratio = queue / ref_queue if ref_queue else float("nan")
+    return {"vc": vc, "jobs": jobs, "jct": jct, "ref_jct": ref_jct, "jct_ratio": jct_ratio} | {
+        "queue": queue,
+        "ref_queue": ref_queue,
+        "queue_ratio": queue_ratio,
+    }
 
 
 def main() -> None:

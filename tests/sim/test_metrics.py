@@ -158,6 +158,7 @@ def test_fragmentation_and_topology() -> None:
         "tightest_fraction": pytest.approx(2 / 3),
         "spans": {"nvlink": 1, "node": 2},
         "backfilled": 0,
+        "levels": ["leaf"],
     }
 
 

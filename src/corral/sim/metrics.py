@@ -36,46 +36,13 @@ class _Job:
 class Measures:
     """Feed it every event of a log, in order; `summary()` and `series()` may be asked at any time."""
 
-    __slots__ = (
-        "_alloc",
-        "_allocated",
-        "_backfilled",
-        "_below_seconds",
-        "_below_since",
-        "_big",
-        "_capacity",
-        "_count",
-        "_frag",
-        "_frag_area",
-        "_frag_t",
-        "_free",
-        "_free_total",
-        "_gpu_seconds",
-        "_gpus",
-        "_handlers",
-        "_jcts",
-        "_jobs",
-        "_lost",
-        "_next_sample",
-        "_node_index",
-        "_pending",
-        "_queue_index",
-        "_queue_names",
-        "_queue_seconds",
-        "_queued",
-        "_quota",
-        "_rhos",
-        "_sampler",
-        "_spanless",
-        "_spans",
-        "_submitted",
-        "_t",
-        "_t0",
-        "_tightest",
-        "_waits",
-        "_weight",
-        "_whole",
-    )  # fast attribute access on the hot path
+    __slots__ = (  # fast attribute access on the hot path
+        "_alloc", "_allocated", "_backfilled", "_below_seconds", "_below_since", "_big", "_capacity",
+        "_count", "_frag", "_frag_area", "_frag_t", "_free", "_free_total", "_gpu_seconds", "_gpus",
+        "_handlers", "_jcts", "_jobs", "_levels", "_lost", "_next_sample", "_node_index", "_pending",
+        "_queue_index", "_queue_names", "_queue_seconds", "_queued", "_quota", "_rhos", "_sampler",
+        "_spanless", "_spans", "_submitted", "_t", "_t0", "_tightest", "_waits", "_weight", "_whole",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self._t0: float | None = None
@@ -88,6 +55,7 @@ class Measures:
         self._waits = array("d")
         self._rhos = array("d")
         self._spans: dict[str, int] = {}
+        self._levels: list[str] = []  # the cluster's topology levels, top down
         self._tightest = self._spanless = self._backfilled = 0
         self._init_cluster()
         self._init_queues()
@@ -98,13 +66,8 @@ class Measures:
             "submit": self._on_submit,
             "start": self._on_start,
             "preempting": _ignore,
-            "preempt": self._on_requeue,
-            "lost": self._on_requeue,
-            "restart": self._on_requeue,
-            "finish": self._on_end,
-            "fail": self._on_end,
-            "cancel": self._on_end,
-            "reject": self._on_end,
+            **dict.fromkeys(("preempt", "lost", "restart"), self._on_requeue),
+            **dict.fromkeys(("finish", "fail", "cancel", "reject"), self._on_end),
         }
 
     def _init_cluster(self) -> None:
@@ -168,7 +131,8 @@ class Measures:
 
     def _on_cluster(self, event: Event) -> None:
         if self._t0 is not None:
-            self._integrate_fragmentation()
+            self._frag_area += self._frag * (self._t - self._frag_t)
+            self._frag_t = self._t
         for node in event["nodes"]:
             i = self._node_index.setdefault(node["name"], len(self._capacity))
             if i == len(self._capacity):
@@ -180,7 +144,9 @@ class Measures:
         self._free_total = sum(self._free)
         self._big = max(self._capacity, default=0)
         self._whole = sum(f // self._big for f in self._free) if self._big else 0
-        self._frag = self._fragmentation()
+        left, big = self._free_total, self._big
+        self._frag = 1.0 - self._whole / (left // big) if big and left >= big else 0.0
+        self._levels = list(event.get("topology", self._levels))
         for q in event.get("queues", ()):
             i = self._queue(q["name"])
             self._weight[i] = float(q.get("weight", 1.0))
@@ -192,11 +158,10 @@ class Measures:
             i = self._queue_index[name] = len(self._queue_names)
             self._queue_names.append(name)
             self._weight.append(1.0)
-            self._quota.append(0)
-            for counts in (self._alloc, self._queued, self._submitted):
-                counts.append(0)
-            for seconds in (self._queue_seconds, self._below_seconds):
-                seconds.append(0.0)
+            for ints in (self._quota, self._alloc, self._queued, self._submitted):
+                ints.append(0)
+            for floats in (self._queue_seconds, self._below_seconds):
+                floats.append(0.0)
             self._below_since.append(_OFF)
         return i
 
@@ -209,7 +174,8 @@ class Measures:
         ideal = 0.0
         if duration and self._gpus:
             active = len(self._jobs) + 1  # N: the jobs pending or running once this one is submitted
-            ideal = duration * max(1.0, gpus * active / self._gpus)
+            over = gpus * active / self._gpus  # the job's GPUs over its fair share C / N
+            ideal = duration * over if over > 1.0 else duration
         self._jobs[event["job"]] = _Job(self._t, q, ideal)
         self._submitted[q] += 1
         self._queued[q] += 1
@@ -326,17 +292,6 @@ class Measures:
             self._below_seconds[q] += self._t - since
             self._below_since[q] = _OFF
 
-    def _fragmentation(self) -> float:
-        big = self._big
-        if not big or self._free_total < big:
-            return 0.0
-        return 1.0 - self._whole / (self._free_total // big)
-
-    def _integrate_fragmentation(self) -> None:
-        t = self._t
-        self._frag_area += self._frag * (t - self._frag_t)
-        self._frag_t = t
-
     # ---- results -----------------------------------------------------------------------------
     def _utilisation(self) -> float:
         return self._allocated / self._gpus if self._gpus else 0.0
@@ -364,15 +319,11 @@ class Measures:
         frag_area = self._frag_area + self._frag * (end - self._frag_t) if self._t0 is not None else 0.0
         queues = self._queue_summary(end, open_seconds)
         with_span = sum(self._spans.values())
+        started, finished = with_span + self._spanless, len(self._jcts)
         return {
-            "jobs": {
-                "submitted": sum(self._submitted),
-                "started": with_span + self._spanless,
-                "finished": len(self._jcts),
-                **self._count,
-                "running": running,
-                "pending": len(self._jobs) - running,
-            },
+            "jobs": {"submitted": sum(self._submitted), "started": started, "finished": finished}
+            | self._count
+            | {"running": running, "pending": len(self._jobs) - running},
             "start": start,
             "end": end,
             "makespan": makespan,
@@ -381,7 +332,7 @@ class Measures:
             "gpu_utilisation": gpu_seconds / (self._gpus * makespan) if self._gpus and makespan else 0.0,
             "jct": _distribution(self._jcts),
             "queueing_delay": _distribution(self._waits),
-            "finish_time_fairness": _rho(self._rhos),
+            "finish_time_fairness": _distribution(self._rhos, quantiles=False),
             "jain_fairness": _jain(queues),
             "queues": queues,
             "preempted_gpu_hours_lost": self._lost["preempt"] / 3600.0,
@@ -392,6 +343,7 @@ class Measures:
                 "tightest_fraction": self._tightest / with_span if with_span else None,
                 "spans": dict(self._spans),
                 "backfilled": self._backfilled,
+                "levels": list(self._levels),
             },
             "fragmentation": frag_area / makespan if makespan else 0.0,
         }
@@ -423,20 +375,14 @@ class Measures:
         return out
 
 
-def _distribution(values: array[float]) -> dict[str, float | int | None]:
-    """Count, mean, median, p95 and p99 (numpy's default linear interpolation between ranks)."""
+def _distribution(values: array[float], quantiles: bool = True) -> dict[str, float | int | None]:
+    """Count, mean, then median, p95, p99 (numpy's linear interpolation between ranks), or max."""
+    keys = ("median", "p95", "p99") if quantiles else ("max",)
     if not values:
-        return {"count": 0, "mean": None, "median": None, "p95": None, "p99": None}
+        return dict.fromkeys(("mean", *keys)) | {"count": 0}
     a = np.array(values, dtype=np.float64)
-    median, p95, p99 = np.percentile(a, [50.0, 95.0, 99.0]).tolist()
-    return {"count": len(a), "mean": float(a.mean()), "median": median, "p95": p95, "p99": p99}
-
-
-def _rho(values: array[float]) -> dict[str, float | int | None]:
-    if not values:
-        return {"count": 0, "mean": None, "max": None}
-    a = np.array(values, dtype=np.float64)
-    return {"count": len(a), "mean": float(a.mean()), "max": float(a.max())}
+    found = np.percentile(a, [50.0, 95.0, 99.0]).tolist() if quantiles else [float(a.max())]
+    return {"count": len(a), "mean": float(a.mean()), **dict(zip(keys, found, strict=True))}
 
 
 def _jain(queues: dict[str, dict[str, Any]]) -> float | None:
