@@ -74,9 +74,8 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     rows = replay(args.policy)
-    print(
-        f"{'vc':8} {'jobs':>6} {'avg JCT':>10} {'Helios':>10} {'ratio':>6} {'avg queue':>10} {'Helios':>8} {'ratio':>6}"
-    )
+    head = ("vc", "jobs", "avg JCT", "Helios", "ratio", "avg queue", "Helios", "ratio")
+    print("{:8} {:>6} {:>10} {:>10} {:>6} {:>10} {:>8} {:>6}".format(*head))
     for r in rows:
         print(
             f"{r['vc']:8} {r['jobs']:>6} {r['jct']:>10.1f} {r['ref_jct']:>10.0f} {r['jct_ratio']:>6.3f} "
