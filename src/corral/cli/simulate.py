@@ -135,8 +135,8 @@ def simulate(
             report, {name: (summaries[name], m.series()) for name, m in runs.items()}, title=cfg.name
         )
     if as_json:
-        out = summaries[policies[0]] if not several else summaries
-        print(json.dumps(out, indent=2, default=float))
+        shown = summaries[policies[0]] if not several else summaries
+        print(json.dumps(shown, indent=2, default=float))
     else:
         print_table(summaries, stats)
     return summaries

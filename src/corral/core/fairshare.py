@@ -85,6 +85,17 @@ def cohort_of(queue: QueueState) -> str:
 
 
 def borrow_room(state: ClusterState, queue: QueueState) -> tuple[int, int]:
+    """`_borrow_room`, cached until any queue's counted GPUs change."""
+    key = ("borrow", queue.spec.name)
+    cached = state.cache.get(key)
+    if isinstance(cached, tuple) and cached[0] == state.use_version:
+        return cached[1], cached[2]
+    room, free = _borrow_room(state, queue)
+    state.cache[key] = (state.use_version, room, free)
+    return room, free
+
+
+def _borrow_room(state: ClusterState, queue: QueueState) -> tuple[int, int]:
     """(GPUs this queue may still add, GPUs free now), for a queue above its quota.
 
     The first counts every other queue at its use or its guaranteed quota, whichever is larger,

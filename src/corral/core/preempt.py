@@ -84,26 +84,48 @@ def _by_aggregates(
                 lost += count * now - since
         return (worst, lost)
 
-    nodes = _choose_nodes(state, req, potential, cost)
-    if nodes is None:
-        return None  # even the optimistic bound cannot hold the gang
-    victims: dict[int, RunningAttempt] = {}
-    for node, gpus in nodes:
-        have = avail[node]
-        candidates = [
-            a
-            for a in state.occupancy.jobs[node].values()
-            if a.preempting_deadline is None and a.start < now and plugin.eligible(job, a, state, now)
-        ]
-        candidates.sort(key=lambda a: plugin.order_key(a, state, now))
-        for a in candidates:
-            if have >= gpus:
-                break
-            victims.setdefault(id(a), a)
-            have += sum(m.bit_count() for n, m in a.placement if n == node)
-        if have < gpus:
-            return _RETRY
-    return _confirm(state, req, job, list(victims.values()))
+    verified: dict[int, list[RunningAttempt]] = {}
+    for _ in range(4):  # the bound was too optimistic on some chosen node: tighten it there, choose again
+        nodes = _choose_nodes(state, req, potential, cost)
+        if nodes is None:
+            return None  # even the optimistic bound cannot hold the gang
+        victims: dict[int, RunningAttempt] = {}
+        short = False
+        for node, gpus in nodes:
+            have = avail[node]
+            candidates = verified.get(node)
+            if candidates is None:
+                candidates = verified[node] = _verified(state, plugin, job, node, now)
+            for a in candidates:
+                if have >= gpus:
+                    break
+                victims.setdefault(id(a), a)
+                have += sum(m.bit_count() for n, m in a.placement if n == node)
+            if have < gpus:
+                short = True
+                real = avail[node] + sum(
+                    m.bit_count() for a in candidates for n, m in a.placement if n == node
+                )
+                if real >= g:
+                    potential[node] = real
+                else:
+                    potential.pop(node, None)
+        if not short:
+            return _confirm(state, req, job, list(victims.values()))
+    return _RETRY
+
+
+def _verified(
+    state: ClusterState, plugin: Victims, job: PendingJob, node: int, now: float
+) -> list[RunningAttempt]:
+    """The attempts on a node the plugin allows as victims, in its victim order."""
+    found = [
+        a
+        for a in state.occupancy.jobs[node].values()
+        if a.preempting_deadline is None and a.start < now and plugin.eligible(job, a, state, now)
+    ]
+    found.sort(key=lambda a: plugin.order_key(a, state, now))
+    return found
 
 
 def _full_scan(

@@ -84,6 +84,7 @@ class ClusterState:
         self.usage_time: float | None = None
         self.generation = 0  # bumped whenever static capacity changes (nodes, queues)
         self.cache: dict[object, object] = {}
+        self.use_version = 0  # bumped whenever any queue's counted GPUs change
         self.key_fn: Callable[[PendingJob], tuple[object, ...]] | None = (
             None  # per-shape results valid until `generation` changes
         )
@@ -243,13 +244,14 @@ class ClusterState:
         queue.alloc_gpus += gpus
         queue.alloc_cpus += cpus
         queue.alloc_memory += memory
+        self.use_version += 1
         self.plan.record(self._sub_queue_use, queue, gpus, cpus, memory)
 
-    @staticmethod
-    def _sub_queue_use(queue: QueueState, gpus: int, cpus: int, memory: float) -> None:
+    def _sub_queue_use(self, queue: QueueState, gpus: int, cpus: int, memory: float) -> None:
         queue.alloc_gpus -= gpus
         queue.alloc_cpus -= cpus
         queue.alloc_memory -= memory
+        self.use_version += 1
 
     def attempt_resources(self, attempt: RunningAttempt) -> Iterable[tuple[int, int, int, float]]:
         """(node, mask, cpus, memory) per replica of an attempt."""
@@ -412,6 +414,7 @@ class ClusterState:
         attempt = self.running[job_id]
         if attempt.preempting_deadline is None:
             self.queues[attempt.spec.queue].leaving_gpus += attempt.spec.gpus
+            self.use_version += 1
             self.occupancy.stopping(attempt)
         self._drop_end_key(attempt)
         attempt.preempting_deadline = deadline
@@ -435,6 +438,7 @@ class ClusterState:
         for node, mask in placement:
             self._set_held_raw(node, self.held[node] | mask)
         self.queues[job.spec.queue].incoming_gpus += job.spec.gpus
+        self.use_version += 1
 
     def drop_nomination(self, job: PendingJob) -> None:
         nomination = job.nomination
@@ -444,6 +448,7 @@ class ClusterState:
         for node, mask in nomination.placement:
             self._set_held_raw(node, self.held[node] & ~mask)
         self.queues[job.spec.queue].incoming_gpus -= job.spec.gpus
+        self.use_version += 1
 
     def _release_nominations_of(self, victim: JobId) -> None:
         """Nothing to do: a nomination holds GPU bits, which become free when the victim ends."""

@@ -13,11 +13,16 @@ from corral.policies.ordering import LeastAttained
 
 
 def _protected(victim: RunningAttempt, state: ClusterState, now: float) -> bool:
-    """Never a non-preemptible job, one already stopping, or one inside its minimum run time."""
+    """Never a non-preemptible job, one already stopping, or one inside its minimum run time.
+
+    The minimum run time doubles with every earlier attempt of the job (up to 64 times), so that
+    no job is preempted over and over just after each restart.
+    """
     spec = victim.spec
     if not spec.preemptible or victim.preempting_deadline is not None:
         return True
-    return now - victim.start < state.min_runtime_by_value.get(spec.priority, 0.0)
+    earlier = min(victim.attempt - 1, 6)
+    return now - victim.start < state.min_runtime_by_value.get(spec.priority, 0.0) * (1 << earlier)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from corral.config.cluster_file import ClusterConfig
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult
 from corral.core.errors import TraceError
-from corral.core.model import JobId, JobSpec, NodeName, NodeState, QueueName, Topology
+from corral.core.model import JobId, JobSpec, NodeName, NodeState, QueueName, QueueSpec, Topology
 from corral.core.plugins import Profile
 from corral.core.request import request_for
 from corral.core.state import ClusterState
@@ -86,7 +86,7 @@ class Simulation:
         self.ideal = IdealSpans(self.state)
         self.stats = SimStats()
         self.jobs: dict[str, _Job] = {}
-        self._queues = {q.name: q for q in cluster.queues}
+        self._queues: dict[str, QueueSpec] = {q.name: q for q in cluster.queues}
         ordered = sorted(trace, key=lambda t: t.submit_time)  # stable: ties keep row order
         self.arrivals = [self._job(t, seq) for seq, t in enumerate(ordered)]
         self.stats.jobs = len(self.arrivals)

@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from corral.sim.report_series import Sample, Sampler, Series
+from corral.sim.report_series import Sample, Sampler, Series, State
+
+__all__ = ["Event", "Measures", "Series", "measures_from_log", "replay_log"]
 
 _OFF = -math.inf  # "not below quota now" / "not running now"
 
@@ -39,9 +41,10 @@ class Measures:
     __slots__ = (  # fast attribute access on the hot path
         "_alloc", "_allocated", "_backfilled", "_below_seconds", "_below_since", "_big", "_capacity",
         "_count", "_frag", "_frag_area", "_frag_t", "_free", "_free_total", "_gpu_seconds", "_gpus",
-        "_handlers", "_jcts", "_jobs", "_levels", "_lost", "_next_sample", "_node_index", "_pending",
-        "_queue_index", "_queue_names", "_queue_seconds", "_queued", "_quota", "_rhos", "_sampler",
-        "_spanless", "_spans", "_submitted", "_t", "_t0", "_tightest", "_waits", "_weight", "_whole",
+        "_handlers", "_jcts", "_jobs", "_levels", "_lost", "_next_sample", "_node_index", "_open",
+        "_origin", "_pending", "_pending_area", "_queue_index", "_queue_names", "_queue_seconds",
+        "_queued", "_quota", "_rhos", "_sampler", "_spanless", "_spans", "_submitted", "_t", "_t0",
+        "_tightest", "_waits", "_weight", "_whole",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -65,7 +68,7 @@ class Measures:
             "cluster": self._on_cluster,
             "submit": self._on_submit,
             "start": self._on_start,
-            "preempting": _ignore,
+            "preempting": lambda event: None,  # ends nothing: the GPUs stay busy until `preempt`
             **dict.fromkeys(("preempt", "lost", "restart"), self._on_requeue),
             **dict.fromkeys(("finish", "fail", "cancel", "reject"), self._on_end),
         }
@@ -95,15 +98,19 @@ class Measures:
         self._queue_seconds: list[float] = []
         self._below_since: list[float] = []
         self._below_seconds: list[float] = []
+        self._open: list[float] = []  # per queue: sum of GPUs x (start - origin) of running attempts
         self._pending = 0
+        self._pending_area = 0.0  # job-seconds spent pending, up to now
+        self._origin = 0.0  # the first event's t
 
     # ---- feeding ---------------------------------------------------------------------------
     def feed(self, event: Event) -> None:
         """Account one event; events must come in log order."""
         t = event.get("t")
         if t is not None and t != self._t:
-            if t > self._t and self._t < self._next_sample:
-                self._t = t  # the usual case: time moves on, no sample due
+            if t > self._t and self._t < self._next_sample:  # the usual case: no sample due
+                self._pending_area += self._pending * (t - self._t)
+                self._t = t
             else:
                 self._advance(t)
         try:
@@ -122,10 +129,12 @@ class Measures:
         if t < last:
             raise ValueError(f"event log goes back in time: t={t} after t={last}")
         if self._t0 is None:
-            self._t0 = self._frag_t = t
+            self._t0 = self._frag_t = self._origin = t
             self._sampler.begin(t)
-        elif last >= self._sampler.next_at:
-            self._sampler.add(last, self._pending, self._utilisation(), self._alloc)
+        else:
+            if last >= self._sampler.next_at:
+                self._sampler.add(self._sample())
+            self._pending_area += self._pending * (t - last)
         self._next_sample = self._sampler.next_at
         self._t = t
 
@@ -160,7 +169,7 @@ class Measures:
             self._weight.append(1.0)
             for ints in (self._quota, self._alloc, self._queued, self._submitted):
                 ints.append(0)
-            for floats in (self._queue_seconds, self._below_seconds):
+            for floats in (self._queue_seconds, self._below_seconds, self._open):
                 floats.append(0.0)
             self._below_since.append(_OFF)
         return i
@@ -208,6 +217,7 @@ class Measures:
         self._allocated += gpus
         q = job.queue
         self._alloc[q] += gpus
+        self._open[q] += gpus * (t - self._origin)
         self._queued[q] -= 1
         self._pending -= 1
         if self._quota[q]:
@@ -242,6 +252,7 @@ class Measures:
         self._frag = 1.0 - whole / (left // big) if big and left >= big else 0.0
         self._allocated -= gpus
         self._alloc[job.queue] -= gpus
+        self._open[job.queue] -= gpus * (job.start - self._origin)
         job.start, job.gpus, job.nodes = _OFF, 0, []
 
     def _on_requeue(self, event: Event) -> None:
@@ -293,16 +304,18 @@ class Measures:
             self._below_since[q] = _OFF
 
     # ---- results -----------------------------------------------------------------------------
-    def _utilisation(self) -> float:
-        return self._allocated / self._gpus if self._gpus else 0.0
+    def _sample(self) -> Sample:
+        now = self._t - self._origin
+        areas = zip(self._queue_seconds, self._alloc, self._open, strict=True)
+        return Sample(now, self._pending_area, [s + a * now - o for s, a, o in areas], self._gpus)
 
     def series(self) -> Series:
-        """The sampled series, the state after the last event, and the finished jobs' JCT quantiles."""
-        final = None
-        if self._t0 is not None:
-            final = Sample(self._t - self._t0, self._pending, self._utilisation(), list(self._alloc))
+        """Averages between sampled times, the state after the last event, and the JCT quantiles."""
         queues = [(i, name) for i, name in enumerate(self._queue_names) if self._submitted[i]]
-        return self._sampler.series(final, queues, self._jcts)
+        if self._t0 is None:
+            return Series([], [], [], {name: [] for _, name in queues}, [])
+        now = State(self._pending, list(self._alloc), self._gpus)
+        return self._sampler.series(self._sample(), now, queues, self._jcts)
 
     def summary(self) -> dict[str, Any]:
         """Every measure as plain JSON numbers (see docs/simulator-metrics.md)."""
@@ -317,7 +330,7 @@ class Measures:
                 running += 1
         gpu_seconds = self._gpu_seconds + sum(open_seconds)
         frag_area = self._frag_area + self._frag * (end - self._frag_t) if self._t0 is not None else 0.0
-        queues = self._queue_summary(end, open_seconds)
+        queues = self._queue_summary(end, makespan, open_seconds)
         with_span = sum(self._spans.values())
         started, finished = with_span + self._spanless, len(self._jcts)
         return {
@@ -348,8 +361,8 @@ class Measures:
             "fragmentation": frag_area / makespan if makespan else 0.0,
         }
 
-    def _queue_summary(self, end: float, open_seconds: list[float]) -> dict[str, dict[str, Any]]:
-        seconds = [s + o for s, o in zip(self._queue_seconds, open_seconds, strict=True)]
+    def _queue_summary(self, end: float, makespan: float, opened: list[float]) -> dict[str, dict[str, Any]]:
+        seconds = [s + o for s, o in zip(self._queue_seconds, opened, strict=True)]
         total = sum(seconds)
         demand = [i for i, n in enumerate(self._submitted) if n]
         weights = sum(self._weight[i] for i in demand)
@@ -368,9 +381,7 @@ class Measures:
                 "weight_share": self._weight[i] / weights if has_demand and weights else 0.0,
                 "quota_share": self._quota[i] / quotas if has_demand and quotas else 0.0,
                 "below_quota_seconds": below,
-                "below_quota_fraction": below / (end - self._t0)
-                if self._t0 is not None and end > self._t0
-                else 0.0,
+                "below_quota_fraction": below / makespan if makespan else 0.0,
             }
         return out
 
@@ -393,10 +404,6 @@ def _jain(queues: dict[str, dict[str, Any]]) -> float | None:
 
 
 _ENDED = {"fail": "failed", "cancel": "cancelled", "reject": "rejected"}
-
-
-def _ignore(event: Event) -> None:
-    """`preempting` ends nothing: the GPUs stay allocated until the attempt stops."""
 
 
 def replay_log(path: str | Path) -> Measures:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -15,12 +16,15 @@ CDF_POINTS = 1001  # JCT quantiles kept for the report's CDF: 0%, 0.1%, ..., 100
 
 @dataclass(frozen=True, slots=True)
 class Series:
-    """What the report plots: series over seconds since the first event, and the JCT quantiles."""
+    """What the report plots: series over seconds since the first event, and the JCT quantiles.
+
+    Entry i of each series is the average over [t[i], t[i+1]); the last entry is the state at t[-1].
+    """
 
     t: list[float]
-    pending: list[int]
-    utilisation: list[float]
-    queue_gpus: dict[str, list[int]]
+    pending: list[float]  # jobs waiting
+    utilisation: list[float]  # allocated GPUs / the cluster's GPUs
+    queue_gpus: dict[str, list[float]]  # GPUs allocated to each queue that had jobs
     jct_quantiles: list[float]
 
     def to_dict(self) -> dict[str, Any]:
@@ -33,19 +37,29 @@ class Series:
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """The settled state after every event at one time."""
+    """Running totals at one time, from which the averages between two samples follow."""
 
     t: float  # seconds since the first event
+    pending_area: float  # job-seconds spent pending so far
+    queue_area: list[float]  # GPU-seconds allocated so far, per queue in the order queues appeared
+    gpus: int  # the cluster's GPUs now
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """The state after the last event: it closes each series."""
+
     pending: int
-    utilisation: float
-    queue_gpus: list[int]  # allocated GPUs per queue, in the order queues appeared
+    queue_gpus: list[int]
+    gpus: int
 
 
 class Sampler:
-    """Keeps the first settled state in each bucket of `step` seconds, doubling `step` when full.
+    """Keeps the first sample in each bucket of `step` seconds, doubling `step` when full.
 
     After a doubling the points kept are exactly those a sampler started with the doubled width
-    would have kept, so the result does not depend on when the thinning happened.
+    would have kept, so the result does not depend on when the thinning happened; and since samples
+    are running totals, the averages between kept points stay exact.
     """
 
     def __init__(self, capacity: int = SAMPLES, step: float = 1.0) -> None:
@@ -58,13 +72,12 @@ class Sampler:
     def begin(self, t0: float) -> None:
         self.t0 = self.next_at = t0
 
-    def add(self, t: float, pending: int, utilisation: float, queue_gpus: list[int]) -> None:
-        """Record the state settled at absolute time `t` (call when `t >= next_at`)."""
-        rel = t - self.t0
-        self.samples.append(Sample(rel, pending, utilisation, list(queue_gpus)))
+    def add(self, sample: Sample) -> None:
+        """Keep `sample` (taken when the time `t0 + sample.t` reached `next_at`)."""
+        self.samples.append(sample)
         if len(self.samples) > self.capacity:
             self._thin()
-        self.next_at = self.t0 + (math.floor(rel / self.step) + 1) * self.step
+        self.next_at = self.t0 + (math.floor(sample.t / self.step) + 1) * self.step
 
     def _thin(self) -> None:
         self.step *= 2
@@ -77,22 +90,30 @@ class Sampler:
         self.samples = kept
 
     def series(
-        self, final: Sample | None, queues: Sequence[tuple[int, str]], jcts: Sequence[float]
+        self, final: Sample, now: State, queues: Sequence[tuple[int, str]], jcts: Sequence[float]
     ) -> Series:
-        """The samples, then `final` (the state now) when later; per-queue columns for `queues`."""
+        """Averages over each interval between samples (the last being `final`), then `now`."""
         rows = list(self.samples)
-        if final is not None and (not rows or rows[-1].t < final.t):
+        if not rows or rows[-1].t < final.t:
             rows.append(final)
-        by_queue = {
-            name: [r.queue_gpus[i] if i < len(r.queue_gpus) else 0 for r in rows] for i, name in queues
-        }
-        return Series(
-            t=[r.t for r in rows],
-            pending=[r.pending for r in rows],
-            utilisation=[r.utilisation for r in rows],
-            queue_gpus=by_queue,
-            jct_quantiles=jct_quantiles(jcts),
-        )
+        pending: list[float] = []
+        utilisation: list[float] = []
+        by_queue: dict[str, list[float]] = {name: [] for _, name in queues}
+        for a, b in itertools.pairwise(rows):
+            span = b.t - a.t
+            used = [
+                (q - (a.queue_area[i] if i < len(a.queue_area) else 0.0)) / span
+                for i, q in enumerate(b.queue_area)
+            ]
+            pending.append((b.pending_area - a.pending_area) / span)
+            utilisation.append(sum(used) / b.gpus if b.gpus else 0.0)
+            for i, name in queues:
+                by_queue[name].append(used[i] if i < len(used) else 0.0)
+        pending.append(now.pending)
+        utilisation.append(sum(now.queue_gpus) / now.gpus if now.gpus else 0.0)
+        for i, name in queues:
+            by_queue[name].append(now.queue_gpus[i])
+        return Series([r.t for r in rows], pending, utilisation, by_queue, jct_quantiles(jcts))
 
 
 def jct_quantiles(jcts: Sequence[float]) -> list[float]:
