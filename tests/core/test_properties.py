@@ -253,6 +253,7 @@ def test_victim_selection_shortcut_never_misses_what_the_full_scan_finds(data: s
     assert profile.victims is not None
     fast = select_victims(state, profile.victims, pending, req, 5000.0)
     full = _full_scan(state, profile.victims, pending, req, 5000.0)
+
     def has_victims(s: object) -> bool:
         return isinstance(s, Selection) and bool(s.victims)
 
