@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 import random
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from corral.sim.metrics import Measures, measures_from_log, replay_log
-from corral.sim.report_series import Sampler
+from corral.sim.report_series import Sample, Sampler
 
 Event = dict[str, Any]
 
@@ -234,26 +235,30 @@ def test_series_of_a_run() -> None:
 
 
 def test_sampler_thins_to_what_a_wider_sampler_keeps() -> None:
+    def sampled(sampler: Sampler) -> list[float]:
+        sampler.begin(0.0)
+        for t in (i * 0.7 for i in range(400)):
+            if t >= sampler.next_at:
+                sampler.add(Sample(t, 0.0, [], 8))
+        return [s.t for s in sampler.samples]
+
     small = Sampler(capacity=10)
-    small.begin(0.0)
-    times = [i * 0.7 for i in range(400)]
-    for t in times:
-        if t >= small.next_at:
-            small.add(t, int(t), 0.0, [])
-    assert len(small.samples) <= 10 and small.step > 1.0
-    wide = Sampler(capacity=10**6, step=small.step)
-    wide.begin(0.0)
-    for t in times:
-        if t >= wide.next_at:
-            wide.add(t, int(t), 0.0, [])
-    assert [s.t for s in small.samples] == [s.t for s in wide.samples]
+    kept = sampled(small)
+    assert len(kept) <= 10 and small.step > 1.0
+    assert kept == sampled(Sampler(capacity=10**6, step=small.step))
 
 
-def test_series_stay_bounded_on_a_long_run() -> None:
+def test_series_stay_bounded_and_their_averages_exact_on_a_long_run() -> None:
     m = Measures().feed_all(synthetic_events(3000, seed=1))
-    series = m.series()
+    series, s = m.series(), m.summary()
     assert 100 < len(series.t) <= 2001
-    assert all(a < b for a, b in zip(series.t, series.t[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(series.t))
+    spans = [b - a for a, b in itertools.pairwise(series.t)]
+    gpu_seconds = sum(u * s["cluster_gpus"] * d for u, d in zip(series.utilisation, spans, strict=False))
+    assert gpu_seconds == pytest.approx(s["allocated_gpu_hours"] * 3600)
+    for name, gpus in series.queue_gpus.items():
+        area = sum(g * d for g, d in zip(gpus, spans, strict=False))
+        assert area == pytest.approx(s["queues"][name]["gpu_hours"] * 3600)
 
 
 def test_a_log_file_gives_the_numbers_of_the_stream(tmp_path: Path) -> None:

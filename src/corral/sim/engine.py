@@ -147,6 +147,8 @@ class Simulation:
         cycle_due = False
         now = 0.0
         while i < n or events:
+            if i >= n and not self.state.jobs and not self.state.running:
+                break  # only node failures and repairs are left: the trace is done
             t_next = arrivals[i].trace.submit_time if i < n else float("inf")
             if events and events[0][0] <= t_next:
                 t_next = events[0][0]
