@@ -79,6 +79,7 @@ ROWS: list[tuple[str, tuple[str, ...], str]] = [
     ("preemptions", ("jobs", "preemptions"), "{:.0f}"),
     ("jobs failed at their time limit", ("jobs", "failed_time_limit"), "{:.0f}"),
     ("GPU-hours lost to preemption", ("preempted_gpu_hours_lost",), "{:,.1f}"),
+    ("attempts lost to node failures", ("jobs", "node_failures"), "{:.0f}"),
     ("placed in tightest topology", ("topology", "tightest_fraction"), "{:.1%}"),
     ("fragmentation", ("fragmentation",), "{:.3f}"),
 ]

@@ -19,7 +19,7 @@ from corral.core.jobs import PendingJob, QueueState
 from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
 from corral.core.placement import Miss, NodeMask, Request, place
 from corral.core.plugins import Profile
-from corral.core.preempt import NO_CANDIDATES, Selection, select_victims
+from corral.core.preempt import NO_CANDIDATES, SameQueue, Selection, select_victims
 from corral.core.request import never_fits, request_for, shape_of
 from corral.core.state import ClusterState
 
@@ -46,7 +46,9 @@ def _reject_never_fitting(state: ClusterState, profile: Profile, result: CycleRe
         if job.spec.id not in state.jobs:
             continue
         job.shape = shape_of(job.spec)
-        why = never_fits(state, job.spec, request_for(state, job.spec, profile.filters, job.shape))
+        req = request_for(state, job.spec, profile.filters, job.shape)
+        job.request, job.request_generation = req, state.generation
+        why = never_fits(state, job.spec, req)
         if why is not None:
             state.remove_pending(job.spec.id)
             result.rejections.append(Reject(job.spec.id, why))
@@ -83,6 +85,8 @@ class _Cycle:
         self.blocked: dict[tuple[object, ...], Reason] = {}
         self.started: dict[QueueName, list[JobId]] = {}
         self.no_victims: dict[QueueName, int] = {}  # queue -> highest class found to have no candidates
+        self.preempt_tries = 0
+        self.deferred = False  # a job skipped preemption because of the per-cycle caps
 
     # ---- order ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -156,9 +160,12 @@ class _Cycle:
             if why is not None:
                 reasons[spec.id] = why
                 return False
-        if job.shape is None:
-            job.shape = shape_of(spec)
-        req = request_for(self.state, spec, self.profile.filters, job.shape)
+        req = job.request
+        if not isinstance(req, Request) or job.request_generation != self.state.generation:
+            if job.shape is None:
+                job.shape = shape_of(spec)
+            req = request_for(self.state, spec, self.profile.filters, job.shape)
+            job.request, job.request_generation = req, self.state.generation
         shape = (job.shape, spec.queue, spec.priority, spec.time_limit)
         cached = self.blocked.get(shape)
         if cached is not None:
@@ -240,12 +247,25 @@ class _Cycle:
         known = self.no_victims.get(job.spec.queue)
         if known is not None and job.spec.priority <= known:
             return None  # candidates only shrink during a cycle: none for a higher class, none for this
+        if self.preempt_tries >= self.profile.max_preemption_tries or (
+            len(self.result.nominations) >= self.profile.max_nominations
+        ):
+            self.deferred = True
+            return None
+        self.preempt_tries += 1
         selection = select_victims(state, victims_plugin, job, req, self.now)
         if selection is NO_CANDIDATES:
             self.no_victims[job.spec.queue] = max(
-                job.spec.priority, known if known is not None else job.spec.priority
+                job.spec.priority, known if known is not None else -(1 << 62)
             )
             return None
+        refused = isinstance(selection, Selection) and not victims_plugin.permit(
+            job, selection.victims, state, self.now
+        )
+        if (
+            refused
+        ):  # the set mixes queues in a way reclaim forbids: its own queue's lower classes may still do
+            selection = select_victims(state, SameQueue(victims_plugin), job, req, self.now)
         if not isinstance(selection, Selection) or not selection.victims:
             return None
         if not victims_plugin.permit(job, selection.victims, state, self.now):

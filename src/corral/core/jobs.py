@@ -34,6 +34,8 @@ class PendingJob:
     key: tuple[object, ...] = ()
     true_duration: float | None = None  # known only to the simulator, used only by the sjf oracle
     shape: tuple[object, ...] | None = None  # placement-relevant fields, computed once
+    request: object = None  # its placement request, valid while `request_generation` is current
+    request_generation: int = -1
 
 
 @dataclass(slots=True, eq=False)

@@ -45,8 +45,13 @@ class Miss:
     best_gpus: int
 
 
-def place(state: ClusterState, req: Request, avoid: frozenset[int] = frozenset()) -> list[NodeMask] | Miss:
-    """Allocate the gang through the plan and return (node, GPU mask) per replica, or a Miss."""
+def place(
+    state: ClusterState, req: Request, avoid: frozenset[int] = frozenset(), explain: bool = True
+) -> list[NodeMask] | Miss:
+    """Allocate the gang through the plan and return (node, GPU mask) per replica, or a Miss.
+
+    With `explain` off, a Miss carries no counts (computing them queries every domain).
+    """
     if req.gpus_per_replica == 0 or req.per_node:
         return _place_scan(state, req, avoid)
     index = state.index
@@ -80,7 +85,7 @@ def place(state: ClusterState, req: Request, avoid: frozenset[int] = frozenset()
             if placed is not None:
                 return placed
     if req.max_span < n_spans - 1:
-        return Miss(req.max_span, *_best_in_span(state, req, req.max_span))
+        return Miss(req.max_span, *(_best_in_span(state, req, req.max_span) if explain else (0, 0)))
     placed = _fill(state, req, 0, avoid)
     return placed if placed is not None else Miss(n_spans - 1, root_cap, root_free)
 

@@ -77,6 +77,8 @@ class Profile:
     head_of_line: bool = False
     backfill: bool = True
     max_reservations: int = 8
+    max_preemption_tries: int = 64  # victim selections per cycle; the rest wait for the next cycle
+    max_nominations: int = 16  # preemptions decided per cycle
     usage_half_life: float | None = None
     description: str = ""
     args: dict[str, object] = field(default_factory=dict)

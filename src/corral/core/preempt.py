@@ -16,10 +16,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from corral.core.jobs import PendingJob, RunningAttempt
+from corral.core.model import QueueName
 from corral.core.placement import NodeMask, Request, place
 from corral.core.plugins import Victims
 from corral.core.state import ClusterState
@@ -266,3 +267,36 @@ def _confirm(
         used[node] = used.get(node, 0) | mask
     kept = [a for a in victims if any(used.get(n, 0) & m for n, m in a.placement)]
     return Selection(placed, kept)
+
+
+class SameQueue:
+    """A `Victims` plugin narrowed to the preemptor's own queue (priority preemption only).
+
+    Used when the plugin's `permit` refuses a set that mixes queues: the job may still preempt
+    lower classes of its own queue.
+    """
+
+    def __init__(self, inner: Victims) -> None:
+        self.inner = inner
+
+    def eligible(
+        self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
+    ) -> bool:
+        return victim.spec.queue == preemptor.spec.queue and self.inner.eligible(
+            preemptor, victim, state, now
+        )
+
+    def group_eligible(
+        self, preemptor: PendingJob, queue: QueueName, priority: int, state: ClusterState, now: float
+    ) -> bool:
+        return queue == preemptor.spec.queue and self.inner.group_eligible(
+            preemptor, queue, priority, state, now
+        )
+
+    def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
+        return self.inner.order_key(victim, state, now)
+
+    def permit(
+        self, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState, now: float
+    ) -> bool:
+        return self.inner.permit(preemptor, victims, state, now)

@@ -24,33 +24,62 @@ class Reservation:
 
 
 def earliest_fit(state: ClusterState, req: Request, now: float) -> Reservation | None:
-    """When and where the gang first fits as attempts end; None if never (no time limits)."""
-    checkpoint = state.plan.checkpoint()
-    index = state.index
-    found: tuple[float, list[tuple[int, int]]] | None = None
-    ends = state.by_end
+    """When and where the gang first fits as attempts end; None if never (no time limits).
+
+    Attempts are released in order of expected end; the gang is tried after 1, 2, 4, ... more
+    releases, and once it fits, a binary search over the last stretch finds the first release
+    after which it fits, so a reservation costs O(log n) placements, not one per release.
+    """
+    ends = [e for e in state.by_end if e[0] != INFINITY]
+    base = state.plan.checkpoint()
+    marks: list[int] = []  # marks[i]: plan checkpoint before release i
     g = max(1, req.gpus_per_replica)
-    for end, _, job_id in list(ends):
-        if end == INFINITY:
-            break
-        attempt = state.running[job_id]
-        for node, mask, cpus, memory in state.attempt_resources(attempt):
-            state.give_back(node, mask, cpus, memory, attempt.exclusive)
-        if index.capacity(0, req.classes, g)[0] < req.replicas:
-            continue
+
+    def release_through(last: int) -> None:
+        while len(marks) <= last:
+            marks.append(state.plan.checkpoint())
+            attempt = state.running[ends[len(marks) - 1][2]]
+            for node, mask, cpus, memory in state.attempt_resources(attempt):
+                state.give_back(node, mask, cpus, memory, attempt.exclusive)
+
+    def fits_after(last: int) -> list[tuple[int, int]] | None:
+        if len(marks) > last + 1:
+            state.plan.rollback(marks[last + 1])
+            del marks[last + 1 :]
+        release_through(last)
+        if state.index.capacity(0, req.classes, g)[0] < req.replicas:
+            return None
         inner = state.plan.checkpoint()
-        placed = place(state, req)
-        if isinstance(placed, list):
-            counts: dict[int, int] = {}
-            for node, mask in placed:
-                counts[node] = counts.get(node, 0) + mask.bit_count()
-            found = (max(end, now), sorted(counts.items()))
-            break
+        placed = place(state, req, explain=False)
         state.plan.rollback(inner)
-    state.plan.rollback(checkpoint)
-    if found is None:
+        if not isinstance(placed, list):
+            return None
+        counts: dict[int, int] = {}
+        for node, mask in placed:
+            counts[node] = counts.get(node, 0) + mask.bit_count()
+        return sorted(counts.items())
+
+    if not ends:
         return None
-    return Reservation("", found[0], tuple(found[1]))
+    failed, step, probe = -1, 1, 0
+    while True:
+        found = fits_after(probe)
+        if found is not None or probe == len(ends) - 1:
+            break
+        failed, probe, step = probe, min(probe + step, len(ends) - 1), step * 2
+    if found is None:
+        state.plan.rollback(base)
+        return None
+    lo, hi = failed, probe  # fails after lo releases (-1: none), fits after hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        result = fits_after(mid)
+        if result is not None:
+            hi, found = mid, result
+        else:
+            lo = mid
+    state.plan.rollback(base)
+    return Reservation("", max(ends[hi][0], now), tuple(found))
 
 
 def hold(state: ClusterState, reservation: Reservation) -> None:

@@ -9,6 +9,7 @@ checkpoint, failed nodes lose their attempts. Every step is written to the event
 
 from __future__ import annotations
 
+import gc
 import heapq
 import random
 from collections.abc import Callable, Sequence
@@ -136,6 +137,7 @@ class Simulation:
 
     # ---- the loop -----------------------------------------------------------------------
     def run(self) -> SimStats:
+        gc.freeze()  # the trace and the cluster live for the whole run: keep them out of collections
         c = self.cluster
         self.log.cluster(c.topology, c.nodes, c.queues, c.priority_classes)
         if self.options.node_mtbf:

@@ -1,0 +1,115 @@
+"""Simulator speed: whole Philly, a preemptive LAS replay, and a 1,000,000-job synthetic trace.
+
+Run: .venv/bin/python bench/sim_speed.py [--only philly|las|million] [--jobs N]
+Each case runs in a fresh process; the figures are wall time, simulated jobs per second and the
+process's peak resident memory. Targets (issue "Simulator"): whole Philly (82,247 jobs) on the
+352-node, 2,816-GPU cluster in <= 10 s; >= 20,000 simulated jobs/s on a 1,024-GPU cluster with a
+preemptive least-attained-service policy; 1,000,000 jobs on 5,000 nodes x 8 GPUs in <= 5 min and
+<= 2 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from corral.config.cluster_file import ClusterConfig, parse_cluster_config  # noqa: E402
+from corral.policies.registry import load_policy  # noqa: E402
+from corral.sim.engine import SimOptions, Simulation  # noqa: E402
+from corral.sim.eventlog import EventLog  # noqa: E402
+from corral.sim.loaders.philly import load_philly, load_vc_nodes  # noqa: E402
+from corral.sim.metrics import Measures  # noqa: E402
+from corral.sim.trace import TraceJob  # noqa: E402
+from philly_setup import shared_cluster  # noqa: E402
+
+
+def flat_cluster(nodes: int, per_leaf: int = 32) -> ClusterConfig:
+    entries = [
+        {
+            "name": f"n[{i + 1:05d}-{min(i + per_leaf, nodes):05d}]",
+            "gpus": 8,
+            "labels": {"leaf": f"l{i // per_leaf}"},
+        }
+        for i in range(0, nodes, per_leaf)
+    ]
+    return parse_cluster_config(
+        {"name": f"flat-{nodes}", "topology": ["leaf"], "nodes": entries}, source="bench"
+    )
+
+
+def synthetic(count: int, gpus: int, load: float, seed: int = 1) -> list[TraceJob]:
+    """Poisson arrivals at `load` times the cluster's capacity; Philly-like GPU counts and durations."""
+    rng = random.Random(seed)
+    sizes = [(1, 0.90), (2, 0.03), (4, 0.03), (8, 0.03), (16, 0.007), (32, 0.003)]
+    mean_gpus = sum(s * p for s, p in sizes) / sum(p for _, p in sizes)
+    mean_duration = 3600.0
+    rate = load * gpus / (mean_gpus * mean_duration)
+    t, jobs = 0.0, []
+    for i in range(count):
+        t += rng.expovariate(rate)
+        size = rng.choices([s for s, _ in sizes], [p for _, p in sizes])[0]
+        replicas, per = (size // 8, 8) if size > 8 else (1, size)
+        duration = min(30 * 86400.0, rng.lognormvariate(7.0, 1.5))
+        jobs.append(
+            TraceJob(job_id=f"s{i}", submit_time=round(t, 1), duration=round(duration, 1), gpus=size,
+                     replicas=replicas, gpus_per_replica=per)
+        )  # fmt: skip
+    return jobs
+
+
+def run(case: str, jobs_limit: int | None) -> dict[str, object]:
+    started = time.perf_counter()
+    if case == "philly":
+        jobs = load_philly()
+        cluster, policy = shared_cluster(load_vc_nodes(), jobs, 1.0), "default"
+    elif case == "las":
+        jobs = load_philly()[: jobs_limit or 82247]
+        cluster, policy = flat_cluster(128), "las"
+    else:
+        cluster = flat_cluster(5000)
+        jobs, policy = synthetic(jobs_limit or 1_000_000, 40_000, load=0.9), "default"
+    loaded = time.perf_counter()
+    measures = Measures()
+    sim = Simulation(cluster, jobs, load_policy(policy), EventLog([measures.feed]), SimOptions())
+    stats = sim.run()
+    ran = time.perf_counter() - loaded
+    summary = measures.summary()
+    return {
+        "case": case, "policy": policy, "jobs": len(jobs), "gpus": sum(n.gpus for n in cluster.nodes),
+        "load_s": round(loaded - started, 2), "sim_s": round(ran, 2), "jobs_per_s": round(len(jobs) / ran),
+        "cycles": stats.cycles, "finished": summary["jobs"]["finished"],
+        "preemptions": summary["jobs"]["preemptions"],
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }  # fmt: skip
+
+
+TARGETS = {"philly": "<= 10 s", "las": ">= 20,000 jobs/s", "million": "<= 300 s, <= 2048 MiB"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=sorted(TARGETS))
+    parser.add_argument("--jobs", type=int, help="limit the jobs of the case (smoke runs)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run(args.child, args.jobs)))
+        return
+    for case in [args.only] if args.only else ["philly", "las", "million"]:
+        cmd = [sys.executable, __file__, "--child", case] + (["--jobs", str(args.jobs)] if args.jobs else [])
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        result = json.loads(out.strip().splitlines()[-1])
+        print(json.dumps(result), "target:", TARGETS[case], flush=True)
+
+
+if __name__ == "__main__":
+    main()
