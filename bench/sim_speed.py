@@ -17,6 +17,7 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -72,7 +73,7 @@ def run(case: str, jobs_limit: int | None) -> dict[str, object]:
         jobs = load_philly()
         cluster, policy = shared_cluster(load_vc_nodes(), jobs, 1.0), "default"
     elif case == "las":
-        jobs = load_philly()[: jobs_limit or 82247]
+        jobs = [replace(j, queue=None) for j in load_philly()[: jobs_limit or 82247]]  # one queue
         cluster, policy = flat_cluster(128), "las"
     else:
         cluster = flat_cluster(5000)

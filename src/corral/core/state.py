@@ -274,11 +274,16 @@ class ClusterState:
         self.generation += 1
         self.cache.clear()
 
-    def submit(self, spec: JobSpec, attempts: int = 0, attained: float = 0.0) -> PendingJob:
-        """Add a job to its queue's pending list; the next cycle checks it can ever fit."""
+    def submit(
+        self, spec: JobSpec, attempts: int = 0, attained: float = 0.0, true_duration: float | None = None
+    ) -> PendingJob:
+        """Add a job to its queue's pending list; the next cycle checks it can ever fit.
+
+        `true_duration` is for simulations only (the sjf oracle orders by it).
+        """
         if spec.id in self.jobs or spec.id in self.running:
             raise ValueError(f"job {spec.id} is already known")
-        job = PendingJob(spec, attempts=attempts, attained=attained)
+        job = PendingJob(spec, attempts=attempts, attained=attained, true_duration=true_duration)
         self._enqueue(job)
         self.unchecked.append(job)
         return job

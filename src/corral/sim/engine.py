@@ -195,8 +195,7 @@ class Simulation:
     def _submit(self, job: _Job, now: float) -> None:
         spec = job.spec
         self.jobs[spec.id] = job
-        pending = self.state.submit(spec)
-        pending.true_duration = job.trace.duration
+        self.state.submit(spec, true_duration=job.trace.duration)
         self.log.emit(
             {
                 "event": "submit", "t": now, "job": spec.id, "queue": spec.queue, "replicas": spec.replicas,

@@ -1,0 +1,108 @@
+"""Quality: Corral's `default` policy against `fifo`, `sjf` (oracle) and `las` where scheduling matters.
+
+Run: .venv/bin/python bench/sim_quality.py [--only philly-0.25|philly-0.2|pollux] [--policy P ...]
+- Philly as one shared cluster, one queue per virtual cluster with a quota of its share, at a
+  quarter (88 nodes, 704 GPUs) and a fifth (70 nodes, 560 GPUs) of the Helios sizes.
+- The Pollux 160-job workloads (1.0x load) on Pollux's 16 nodes x 4 GPUs, averaged over the 8.
+Prints one JSON line per run and a table per load: average and p99 JCT, queueing delay,
+fairness (Jain over queues, finish-time fairness), utilisation, preemptions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from corral.config.cluster_file import parse_cluster_config
+from corral.policies.registry import load_policy
+from corral.sim.engine import SimOptions, Simulation
+from corral.sim.eventlog import EventLog
+from corral.sim.loaders import load, shared_traces_dir
+from corral.sim.loaders.philly import load_philly, load_vc_nodes
+from corral.sim.metrics import Measures
+from corral.sim.trace import TraceJob
+from philly_setup import shared_cluster
+
+POLICIES = ["default", "fifo", "sjf", "las"]
+FIELDS = [
+    ("avg JCT", ("jct", "mean")),
+    ("p99 JCT", ("jct", "p99")),
+    ("avg queue", ("queueing_delay", "mean")),
+    ("p99 queue", ("queueing_delay", "p99")),
+    ("Jain", ("jain_fairness",)),
+    ("FTF mean", ("finish_time_fairness", "mean")),
+    ("FTF max", ("finish_time_fairness", "max")),
+    ("util", ("gpu_utilisation",)),
+    ("preempt", ("jobs", "preemptions")),
+]
+
+
+def _get(summary: dict[str, Any], path: tuple[str, ...]) -> float:
+    value: Any = summary
+    for key in path:
+        value = value[key]
+    return float(value) if value is not None else float("nan")
+
+
+def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]:
+    measures = Measures()
+    started = time.perf_counter()
+    Simulation(cluster, jobs, load_policy(policy), EventLog([measures.feed]), SimOptions()).run()
+    s = measures.summary()
+    row = {name: _get(s, path) for name, path in FIELDS}
+    row["seconds"] = time.perf_counter() - started
+    return row
+
+
+def philly(fraction: float, policies: list[str]) -> dict[str, dict[str, float]]:
+    jobs = load_philly()
+    cluster = shared_cluster(load_vc_nodes(), jobs, fraction)
+    return {p: run_one(cluster, jobs, p) for p in policies}
+
+
+def pollux(policies: list[str]) -> dict[str, dict[str, float]]:
+    cluster = parse_cluster_config(
+        {"name": "pollux-16x4", "nodes": [{"name": "t[01-16]", "gpus": 4, "gpu_model": "T4"}]},
+        source="pollux",
+    )
+    folder = shared_traces_dir() / "pollux" / "sim_workloads"
+    runs: dict[str, list[dict[str, float]]] = {p: [] for p in policies}
+    for n in range(1, 9):
+        jobs = load("pollux", folder / f"workload-{n}.csv")
+        for p in policies:
+            runs[p].append(run_one(cluster, jobs, p))
+    return {p: {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]} for p, rows in runs.items()}
+
+
+def show(title: str, results: dict[str, dict[str, float]]) -> None:
+    print(f"\n{title}")
+    print(f"{'policy':8}" + "".join(f"{name:>12}" for name, _ in FIELDS))
+    for policy, row in results.items():
+        cells = "".join(
+            f"{row[name]:>12.3f}" if name in ("Jain", "util", "FTF mean") else f"{row[name]:>12,.0f}"
+            for name, _ in FIELDS
+        )
+        print(f"{policy:8}{cells}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=["philly-0.25", "philly-0.2", "pollux"])
+    parser.add_argument("--policy", action="append", choices=POLICIES)
+    args = parser.parse_args()
+    policies = args.policy or POLICIES
+    cases = [args.only] if args.only else ["pollux", "philly-0.25", "philly-0.2"]
+    for case in cases:
+        results = pollux(policies) if case == "pollux" else philly(float(case.split("-")[1]), policies)
+        print(json.dumps({"case": case, "results": results}), flush=True)
+        show(case, results)
+
+
+if __name__ == "__main__":
+    main()
