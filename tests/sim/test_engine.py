@@ -1,0 +1,82 @@
+"""The simulator engine: orderings, time limits, preemption costs, rejection, node failures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.config.cluster_file import parse_cluster_config
+from corral.policies.registry import load_policy
+from corral.sim.engine import SimOptions, Simulation
+from corral.sim.eventlog import EventLog
+from corral.sim.jobmodel import PreemptionCost
+from corral.sim.trace import TraceJob
+
+
+def cluster(nodes: int = 1, gpus: int = 4, **queue: Any) -> Any:
+    queues = [{"name": "q", **queue}] if queue else [{"name": "q"}]
+    return parse_cluster_config(
+        {"nodes": [{"name": f"n[1-{nodes}]", "gpus": gpus}], "queues": queues}, source="t"
+    )
+
+
+def job(job_id: str, submit: float, duration: float, gpus: int = 4, **extra: Any) -> TraceJob:
+    return TraceJob(job_id=job_id, submit_time=submit, duration=duration, gpus=gpus, replicas=1,
+                    gpus_per_replica=gpus, queue="q", **extra)  # fmt: skip
+
+
+def replay(jobs: list[TraceJob], policy: str, c: Any = None, **options: Any) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    Simulation(
+        c or cluster(), jobs, load_policy(policy), EventLog([events.append]), SimOptions(**options)
+    ).run()
+    return events
+
+
+def starts(events: list[dict[str, Any]]) -> list[str]:
+    return [e["job"] for e in events if e["event"] == "start"]
+
+
+def test_sjf_runs_the_shortest_waiting_job_first_and_fifo_does_not() -> None:
+    jobs = [job("first", 0, 100), job("long", 1, 1000), job("short", 2, 10)]
+    assert starts(replay(jobs, "sjf")) == ["first", "short", "long"]
+    assert starts(replay(jobs, "fifo")) == ["first", "long", "short"]
+
+
+def test_time_limit_fails_the_attempt_and_the_log_is_ordered() -> None:
+    events = replay([job("slow", 0, 500, time_limit=100.0)], "default")
+    fail = next(e for e in events if e["event"] == "fail")
+    assert fail["t"] == 100.0 and fail["reason"] == "time_limit"
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert all(a.get("t", 0) <= b.get("t", 0) for a, b in zip(events, events[1:], strict=False))
+
+
+def test_jobs_that_never_fit_are_rejected_and_the_run_goes_on() -> None:
+    huge = TraceJob(
+        job_id="huge", submit_time=0, duration=10, gpus=16, replicas=4, gpus_per_replica=4, queue="q"
+    )
+    events = replay([huge, job("ok", 1, 10)], "default")
+    kinds = [(e["event"], e.get("job")) for e in events if e["event"] in ("reject", "finish")]
+    assert ("reject", "huge") in kinds and ("finish", "ok") in kinds
+
+
+def test_a_preempted_job_loses_work_since_its_last_checkpoint() -> None:
+    c = cluster(nodes=1, gpus=4)
+    jobs = [
+        job("low", 0, 5000, priority="low", checkpoint_interval=1000.0),
+        job("urgent", 2500, 100, priority="urgent"),
+    ]
+    events = replay(
+        jobs, "default", c, preemption=__import__("corral.sim.jobmodel", fromlist=["x"]).PreemptionCost(0.0)
+    )
+    preempt = next(e for e in events if e["event"] == "preempt")
+    # stopped at 2500 + 30 s grace: 2530 s of work done, 2000 kept, 530 s x 4 GPUs lost
+    assert preempt["t"] == 2530.0 and abs(preempt["lost_gpu_seconds"] - 530 * 4) < 1e-6
+    finish = {e["job"]: e["t"] for e in events if e["event"] == "finish"}
+    assert finish["urgent"] == 2630.0 and finish["low"] == 2630.0 + 3000.0
+
+
+def test_node_failures_requeue_attempts_and_the_run_ends() -> None:
+    events = replay([job(f"j{i}", i * 10.0, 5000) for i in range(4)], "default", cluster(nodes=2),
+                    node_mtbf=3000.0, node_repair=100.0, seed=3)  # fmt: skip
+    assert any(e["event"] == "lost" for e in events)
+    assert sum(e["event"] == "finish" for e in events) == 4
