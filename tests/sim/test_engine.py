@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from corral.config.cluster_file import parse_cluster_config
 from corral.policies.registry import load_policy
 from corral.sim.engine import SimOptions, Simulation
 from corral.sim.eventlog import EventLog
-from corral.sim.jobmodel import PreemptionCost
 from corral.sim.trace import TraceJob
 
 
@@ -47,7 +47,7 @@ def test_time_limit_fails_the_attempt_and_the_log_is_ordered() -> None:
     fail = next(e for e in events if e["event"] == "fail")
     assert fail["t"] == 100.0 and fail["reason"] == "time_limit"
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    assert all(a.get("t", 0) <= b.get("t", 0) for a, b in zip(events, events[1:], strict=False))
+    assert all(a.get("t", 0) <= b.get("t", 0) for a, b in itertools.pairwise(events))
 
 
 def test_jobs_that_never_fit_are_rejected_and_the_run_goes_on() -> None:
