@@ -41,7 +41,13 @@ class NodeFilter(Protocol):
 
 
 class Victims(Protocol):
-    """Which running attempts a blocked job may preempt, and in which order to take them."""
+    """Which running attempts a blocked job may preempt, and in which order to take them.
+
+    `bounds_by_group` says whether `group_eligible` is informative (by queue and class); when it
+    is not, victim selection examines every running attempt directly.
+    """
+
+    bounds_by_group: bool
 
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float

@@ -41,9 +41,10 @@ def select_victims(
 ) -> Selection | str | None:
     """Choose victims for `job`; None when no eligible set frees one placement, NO_CANDIDATES when
     no running attempt can be a victim at all."""
-    fast = _by_aggregates(state, plugin, job, req, now)
-    if fast is not _RETRY:
-        return fast
+    if plugin.bounds_by_group:
+        fast = _by_aggregates(state, plugin, job, req, now)
+        if fast is not _RETRY:
+            return fast
     return _full_scan(state, plugin, job, req, now)
 
 
@@ -278,6 +279,7 @@ class SameQueue:
 
     def __init__(self, inner: Victims) -> None:
         self.inner = inner
+        self.bounds_by_group = inner.bounds_by_group
 
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float

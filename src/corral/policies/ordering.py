@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from corral.core.jobs import PendingJob
@@ -71,7 +72,7 @@ class LeastAttained:
     args: Args = Args()
 
     def level(self, attained: float) -> int:
-        return sum(1 for t in self.args.thresholds if attained >= t)
+        return bisect_right(self.args.thresholds, attained)
 
     def key(self, job: PendingJob) -> tuple[object, ...]:
         s = job.spec

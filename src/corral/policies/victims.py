@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -9,7 +10,6 @@ from corral.core.fairshare import can_reclaim
 from corral.core.jobs import PendingJob, RunningAttempt
 from corral.core.model import QueueName
 from corral.core.state import ClusterState
-from corral.policies.ordering import LeastAttained
 
 
 def _protected(victim: RunningAttempt, state: ClusterState, now: float) -> bool:
@@ -39,6 +39,7 @@ class PriorityReclaim:
         reclaim: bool = True
 
     args: Args = Args()
+    bounds_by_group = True
 
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
@@ -94,9 +95,10 @@ class AttainedService:
         thresholds: tuple[float, ...] = (3600.0, 36000.0)
 
     args: Args = Args()
+    bounds_by_group = False  # attained service is per attempt
 
     def _level(self, attained: float) -> int:
-        return LeastAttained(LeastAttained.Args(self.args.thresholds)).level(attained)
+        return bisect_right(self.args.thresholds, attained)
 
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
