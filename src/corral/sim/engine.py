@@ -21,6 +21,7 @@ from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult
 from corral.core.errors import TraceError
 from corral.core.model import JobId, JobSpec, NodeName, NodeState, QueueName, QueueSpec, Topology
+from corral.core.placement import Request
 from corral.core.plugins import Profile
 from corral.core.request import request_for
 from corral.core.state import ClusterState
@@ -232,7 +233,10 @@ class Simulation:
             job = self.jobs[s.job]
             attempt = state.running[s.job]
             span = _span(state, attempt.placement)
-            ideal = self.ideal.of(request_for(state, job.spec, self.profile.filters, attempt.job.shape))
+            req = attempt.job.request
+            if not isinstance(req, Request):
+                req = request_for(state, job.spec, self.profile.filters, attempt.job.shape)
+            ideal = self.ideal.of(req)
             job.attempt, job.started = s.attempt, now
             job.factor = self.options.slowdown.factor(span, ideal)
             names = state.topology.span_names
