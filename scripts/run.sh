@@ -10,3 +10,8 @@ rc=$?
 set -e
 # exit code 1 means "a job was rejected": the example includes one on purpose
 [ "$rc" -le 1 ] || exit "$rc"
+# a real trace through the simulator (needs ../shared/traces beside the checkout)
+if .venv/bin/corral trace convert tiresias -o .venv/tiresias-60.csv 2>/dev/null; then
+  .venv/bin/corral simulate --cluster examples/tiresias-testbed.yaml --trace .venv/tiresias-60.csv \
+    --policy default --policy fifo --policy las --policy sjf
+fi
