@@ -8,7 +8,7 @@ tentative change can be rolled back. Nothing here reads a clock: times are param
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from corral.core.errors import InvariantError
@@ -189,35 +189,26 @@ class ClusterState:
         """Allocate GPUs (and CPUs, memory) of a node; undone by rollback."""
         if self.alloc[node] & mask:
             raise InvariantError(f"GPU mask {mask:#x} of node {self.specs[node].name} is already allocated")
-        self.alloc[node] |= mask
-        self.free_cpus[node] -= cpus
-        self.free_memory[node] -= memory
-        if exclusive:
-            self.exclusive[node] = True
-        self._refresh(node)
-        self.plan.record(self._untake, node, mask, cpus, memory, exclusive)
-
-    def _untake(self, node: int, mask: int, cpus: int, memory: float, exclusive: bool) -> None:
-        self.alloc[node] &= ~mask
-        self.free_cpus[node] += cpus
-        self.free_memory[node] += memory
-        if exclusive:
-            self.exclusive[node] = False
-        self._refresh(node)
+        self._hold_resources(node, mask, cpus, memory, exclusive, True)
+        self.plan.record(self._hold_resources, node, mask, cpus, memory, exclusive, False)
 
     def give_back(self, node: int, mask: int, cpus: int, memory: float, exclusive: bool) -> None:
         """Release GPUs of a node; undone by rollback."""
         if self.alloc[node] & mask != mask:
             raise InvariantError(f"GPU mask {mask:#x} of node {self.specs[node].name} is not allocated")
-        self._untake(node, mask, cpus, memory, exclusive)
-        self.plan.record(self._retake, node, mask, cpus, memory, exclusive)
+        self._hold_resources(node, mask, cpus, memory, exclusive, False)
+        self.plan.record(self._hold_resources, node, mask, cpus, memory, exclusive, True)
 
-    def _retake(self, node: int, mask: int, cpus: int, memory: float, exclusive: bool) -> None:
-        self.alloc[node] |= mask
-        self.free_cpus[node] -= cpus
-        self.free_memory[node] -= memory
+    def _hold_resources(
+        self, node: int, mask: int, cpus: int, memory: float, exclusive: bool, held: bool
+    ) -> None:
+        """Mark a node's GPUs (and CPUs, memory) allocated or free, outside the plan."""
+        sign = 1 if held else -1
+        self.alloc[node] = self.alloc[node] | mask if held else self.alloc[node] & ~mask
+        self.free_cpus[node] -= sign * cpus
+        self.free_memory[node] -= sign * memory
         if exclusive:
-            self.exclusive[node] = True
+            self.exclusive[node] = held
         self._refresh(node)
 
     def set_reserved(self, node: int, count: int) -> None:
@@ -396,7 +387,7 @@ class ClusterState:
         self.occupancy.remove(attempt)
         self._drop_end_key(attempt)
         for node, mask, cpus, memory in self.attempt_resources(attempt):
-            self._untake(node, mask, cpus, memory, attempt.exclusive)
+            self._hold_resources(node, mask, cpus, memory, attempt.exclusive, False)
         spec = attempt.spec
         queue = self.queues[spec.queue]
         self._sub_queue_use(
@@ -410,7 +401,6 @@ class ClusterState:
         job = attempt.job
         job.attempts = attempt.attempt
         job.attained += spec.gpus * max(0.0, now - attempt.start)
-        self._release_nominations_of(job_id)
         if requeue:
             self._enqueue(job)
         return attempt
@@ -454,15 +444,3 @@ class ClusterState:
             self._set_held_raw(node, self.held[node] & ~mask)
         self.queues[job.spec.queue].incoming_gpus -= job.spec.gpus
         self.use_version += 1
-
-    def _release_nominations_of(self, victim: JobId) -> None:
-        """Nothing to do: a nomination holds GPU bits, which become free when the victim ends."""
-        del victim
-
-    # ---- static capacity ----------------------------------------------------------------
-    def class_gpus_in(self, domain: int) -> Mapping[int, list[int]]:
-        """Node ids of a domain grouped by class."""
-        result: dict[int, list[int]] = {}
-        for node in self.topology.domains[domain].nodes:
-            result.setdefault(self.node_class[node], []).append(node)
-        return result
