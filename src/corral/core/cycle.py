@@ -182,6 +182,8 @@ class _Cycle:
             if outcome is not None:
                 return outcome  # started at once, or nominated and waiting for its victims
         text, code = _capacity_text(self.state, req, placed)
+        if self.deferred and self.profile.victims is not None:
+            text += "; preemption deferred to a later cycle (per-cycle cap reached)"
         self.blocked[shape] = Reason(code, text)  # later jobs of this shape wait alike, without a reservation
         reasons[spec.id] = self._reserve(job, req, text, code)
         return False
@@ -250,7 +252,7 @@ class _Cycle:
         if self.preempt_tries >= self.profile.max_preemption_tries or (
             len(self.result.nominations) >= self.profile.max_nominations
         ):
-            self.deferred = True
+            self.deferred = True  # the reason says so
             return None
         self.preempt_tries += 1
         selection = select_victims(state, victims_plugin, job, req, self.now)

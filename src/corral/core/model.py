@@ -210,8 +210,3 @@ class ReplicaPlacement:
 
 Placement = tuple[ReplicaPlacement, ...]
 """One entry per replica, in rank order."""
-
-
-def placement_nodes(placement: Placement) -> list[NodeName]:
-    """The distinct nodes of a placement, in first-use order."""
-    return list(dict.fromkeys(r.node for r in placement))

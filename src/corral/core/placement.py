@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corral.core.model import Launch
 from corral.core.state import ClusterState
 
 NodeMask = tuple[int, int]
@@ -262,7 +261,3 @@ def _node_fits_scan(state: ClusterState, req: Request, node: int) -> bool:
     return (not req.cpus or state.free_cpus[node] >= req.cpus) and (
         not req.memory or state.free_memory[node] >= req.memory
     )
-
-
-def is_per_node(launch: Launch) -> bool:
-    return launch is Launch.PER_NODE
