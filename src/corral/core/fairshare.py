@@ -136,8 +136,14 @@ def can_reclaim(state: ClusterState, taker: QueueState, need: int, victim: Queue
     """
     if taker is victim or cohort_of(taker) != cohort_of(victim):
         return False
-    if taker.effective_gpus + need <= taker.spec.quota and victim.effective_gpus > victim.spec.quota:
-        return True
-    return surplus_share(state, taker, need) <= surplus_share(state, victim, -freed) and (
-        victim.effective_gpus > victim.spec.quota
+    key = ("reclaim", taker.spec.name, need, victim.spec.name, freed)
+    cached = state.cache.get(key)
+    if isinstance(cached, tuple) and cached[0] == state.use_version:
+        return bool(cached[1])
+    victim_above = victim.effective_gpus > victim.spec.quota
+    allowed = victim_above and (
+        taker.effective_gpus + need <= taker.spec.quota
+        or surplus_share(state, taker, need) <= surplus_share(state, victim, -freed)
     )
+    state.cache[key] = (state.use_version, allowed)
+    return allowed
