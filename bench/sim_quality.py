@@ -57,6 +57,7 @@ def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]
     s = measures.summary()
     row = {name: _get(s, path) for name, path in FIELDS}
     row["seconds"] = time.perf_counter() - started
+    print(json.dumps({"cluster": cluster.name, "policy": policy, **row}), flush=True)
     return row
 
 
