@@ -108,3 +108,14 @@ def test_two_queues_borrow_and_reclaim_without_ping_pong() -> None:
     assert len(reclaimed) == 8  # b takes back exactly its quota, once
     assert all(by.startswith("b") and victim.startswith("a") for _, victim, by in d.preemptions)
     assert len(d.finished) == 80
+
+
+def test_strict_fifo_blocks_everything_behind_the_head_with_a_reason() -> None:
+    state = state_of(nodes(1, 8))
+    occupy(state, "busy", "n00", range(6))
+    state.submit(job("head", gpus=4, submit=1.0))
+    state.submit(job("small", gpus=1, submit=2.0))
+    result = run(state, 10.0, policy="fifo")
+    assert not result.starts  # "small" would fit, but nothing skips the head
+    assert result.reason_of("head").code in (Why.CAPACITY, Why.RESERVED)  # type: ignore[union-attr, arg-type]
+    assert "waiting behind job head" in result.reason_of("small").message  # type: ignore[union-attr, arg-type]

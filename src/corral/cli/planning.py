@@ -46,7 +46,7 @@ def plan_jobs(cfg: ClusterConfig, paths: Sequence[Path], policy: str) -> list[di
         elif job_id in rejected:
             row["state"] = "rejected"
             row["reason"] = rejected[job_id]
-        elif job_id in result.reasons:
-            row["reason"] = result.reasons[job_id].message
+        elif (reason := result.reason_of(job_id)) is not None:
+            row["reason"] = reason.message
         rows.append(row)
     return rows

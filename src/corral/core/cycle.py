@@ -98,7 +98,9 @@ class _Cycle:
             if not started and self.profile.head_of_line and job.spec.id in reasons:
                 if reasons[job.spec.id].code in (Why.HELD, Why.BACKOFF):
                     continue
-                self._block_rest(stream, job.spec.id)
+                self.result.others = Reason(
+                    Why.HEAD_OF_LINE, f"waiting behind job {job.spec.id} (strict FIFO: no job skips the head)"
+                )
                 return
 
     def _global_order(self) -> Iterator[PendingJob]:
@@ -132,11 +134,6 @@ class _Cycle:
             yield job
             if q.effective_gpus != before:
                 heapq.heapreplace(heap, (order.key(q, self.state), i, q))
-
-    def _block_rest(self, stream: Iterator[PendingJob], head: JobId) -> None:
-        reason = Reason(Why.HEAD_OF_LINE, f"waiting behind job {head} (strict FIFO: no job skips the head)")
-        for job in stream:
-            self.result.reasons[job.spec.id] = reason
 
     # ---- one job ----------------------------------------------------------------------------
     def consider(self, job: PendingJob) -> bool:

@@ -93,4 +93,9 @@ class CycleResult:
     reservations: list[Reserve] = field(default_factory=list)
     rejections: list[Reject] = field(default_factory=list)
     reasons: dict[JobId, Reason] = field(default_factory=dict)
+    others: Reason | None = None  # the reason of every pending job the cycle did not reach (strict FIFO)
     considered: int = 0
+
+    def reason_of(self, job: JobId) -> Reason | None:
+        """Why a pending job did not start in this cycle."""
+        return self.reasons.get(job, self.others)
