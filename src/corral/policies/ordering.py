@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from corral.core.jobs import PendingJob
+from corral.policies.noargs import NoArgs
 
 
 @dataclass(frozen=True, slots=True)
 class PriorityFifo:
     """Priority class first, then submit time, then submission sequence and id."""
 
-    @dataclass(frozen=True, slots=True)
-    class Args:
-        pass
-
-    args: Args = Args()
+    Args = NoArgs
+    args: NoArgs = field(default_factory=NoArgs)
 
     def key(self, job: PendingJob) -> tuple[object, ...]:
         s = job.spec
@@ -27,11 +25,8 @@ class PriorityFifo:
 class Fifo:
     """Submit time only, priorities ignored: the Helios artifact's FIFO baseline."""
 
-    @dataclass(frozen=True, slots=True)
-    class Args:
-        pass
-
-    args: Args = Args()
+    Args = NoArgs
+    args: NoArgs = field(default_factory=NoArgs)
 
     def key(self, job: PendingJob) -> tuple[object, ...]:
         s = job.spec
@@ -42,11 +37,8 @@ class Fifo:
 class ShortestFirst:
     """Shortest true duration first: an oracle bound (only a simulator knows true durations)."""
 
-    @dataclass(frozen=True, slots=True)
-    class Args:
-        pass
-
-    args: Args = Args()
+    Args = NoArgs
+    args: NoArgs = field(default_factory=NoArgs)
 
     def key(self, job: PendingJob) -> tuple[object, ...]:
         s = job.spec

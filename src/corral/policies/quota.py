@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from corral.core.decisions import Reason, Why
 from corral.core.fairshare import borrow_room
 from corral.core.jobs import PendingJob, QueueState
 from corral.core.state import ClusterState
+from corral.policies.noargs import NoArgs
 
 
 @dataclass(frozen=True, slots=True)
 class Limit:
     """A queue never uses more than its limit (quota plus borrowed)."""
 
-    @dataclass(frozen=True, slots=True)
-    class Args:
-        pass
-
-    args: Args = Args()
+    Args = NoArgs
+    args: NoArgs = field(default_factory=NoArgs)
 
     def admit(self, job: PendingJob, queue: QueueState, state: ClusterState) -> Reason | None:
         limit = queue.spec.limit
@@ -41,11 +39,8 @@ class Quota:
     A non-preemptible job runs only inside its queue's guaranteed quota.
     """
 
-    @dataclass(frozen=True, slots=True)
-    class Args:
-        pass
-
-    args: Args = Args()
+    Args = NoArgs
+    args: NoArgs = field(default_factory=NoArgs)
 
     def admit(self, job: PendingJob, queue: QueueState, state: ClusterState) -> Reason | None:
         spec = queue.spec
