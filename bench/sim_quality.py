@@ -50,14 +50,21 @@ def _get(summary: dict[str, Any], path: tuple[str, ...]) -> float:
     return float(value) if value is not None else float("nan")
 
 
+MIN_INTERVAL = [0.0]  # seconds between cycles (--min-interval)
+
+
 def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]:
     measures = Measures()
     started = time.perf_counter()
-    Simulation(cluster, jobs, load_policy(policy), EventLog([measures.feed]), SimOptions()).run()
+    options = SimOptions(min_interval=MIN_INTERVAL[0])
+    Simulation(cluster, jobs, load_policy(policy), EventLog([measures.feed]), options).run()
     s = measures.summary()
     row = {name: _get(s, path) for name, path in FIELDS}
     row["seconds"] = time.perf_counter() - started
-    print(json.dumps({"cluster": cluster.name, "policy": policy, **row}), flush=True)
+    print(
+        json.dumps({"cluster": cluster.name, "policy": policy, "min_interval": MIN_INTERVAL[0], **row}),
+        flush=True,
+    )
     return row
 
 
@@ -96,7 +103,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=["philly-0.25", "philly-0.2", "pollux"])
     parser.add_argument("--policy", action="append", choices=POLICIES)
+    parser.add_argument("--min-interval", type=float, default=0.0, help="seconds between cycles, at least")
     args = parser.parse_args()
+    MIN_INTERVAL[0] = args.min_interval
     policies = args.policy or POLICIES
     cases = [args.only] if args.only else ["pollux", "philly-0.25", "philly-0.2"]
     for case in cases:
