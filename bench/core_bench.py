@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.core import cycle as cycle_module
+from corral.core import invariants
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult
 from corral.core.model import JobId, JobSpec, NodeName, NodeSpec, QueueName, QueueSpec, Topology
@@ -128,47 +129,7 @@ def random_mask(rng: random.Random, free: int, gpus_on_node: int, count: int) ->
     return sum(1 << i for i in rng.sample(bits, count))
 
 
-def check_state(state: ClusterState) -> None:
-    """No GPU given twice: allocation bits equal the union of running attempts' placements,
-    no two attempts share a GPU, no two nominations share a GPU, the free-count index agrees
-    with the masks, and queues count what their attempts hold."""
-    seen = [0] * len(state.specs)
-    for attempt in state.running.values():
-        for node, mask in attempt.placement:
-            if seen[node] & mask:
-                raise AssertionError(f"GPU given twice on {state.specs[node].name} (job {attempt.spec.id})")
-            seen[node] |= mask
-    if seen != state.alloc:
-        bad = next(n for n in range(len(seen)) if seen[n] != state.alloc[n])
-        raise AssertionError(
-            f"allocation bits disagree with running attempts on {state.specs[bad].name}: "
-            f"alloc={state.alloc[bad]:#x} attempts={seen[bad]:#x}"
-        )
-    for node in range(len(state.specs)):
-        if state.reserved[node]:
-            raise AssertionError(f"reservation left on {state.specs[node].name} after the cycle")
-        if state.is_schedulable(node):
-            free = (state.healthy[node] & ~state.alloc[node] & ~state.held[node]).bit_count()
-            if state.index.avail[node] != free:
-                where, says = state.specs[node].name, state.index.avail[node]
-                raise AssertionError(f"index says {says} free on {where}, masks say {free}")
-    held = [0] * len(state.specs)
-    for job in state.jobs.values():
-        for node, mask in job.nomination.placement if job.nomination is not None else ():
-            if held[node] & mask:
-                where = state.specs[node].name
-                raise AssertionError(f"GPUs on {where} nominated to two jobs ({job.spec.id})")
-            held[node] |= mask
-    if held != state.held:
-        raise AssertionError("held GPU bits disagree with the pending jobs' nominations")
-    gpus_by_queue: dict[str, int] = {}
-    for attempt in state.running.values():
-        gpus_by_queue[attempt.spec.queue] = gpus_by_queue.get(attempt.spec.queue, 0) + attempt.spec.gpus
-    for name, queue in state.queues.items():
-        if queue.alloc_gpus != gpus_by_queue.get(name, 0):
-            raise AssertionError(
-                f"queue {name} counts {queue.alloc_gpus} GPUs, attempts hold {gpus_by_queue.get(name, 0)}"
-            )
+check_state = invariants.check
 
 
 # `schedule()` first checks that newly submitted jobs can ever fit (DESIGN.md 4.8), then runs the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from corral.core import invariants
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult
 from corral.core.model import JobId, JobSpec, NodeName, NodeSpec, QueueName, QueueSpec, Topology
@@ -92,13 +93,8 @@ def started_on(result: CycleResult) -> dict[str, list[str]]:
 
 
 def check_no_double_allocation(state: ClusterState) -> None:
-    """Every allocated GPU bit belongs to exactly one running attempt, and vice versa."""
-    seen = [0] * len(state.specs)
-    for attempt in state.running.values():
-        for node, mask in attempt.placement:
-            assert not seen[node] & mask, f"GPU given twice on {state.specs[node].name}"
-            seen[node] |= mask
-    assert seen == state.alloc, "allocation masks disagree with the running attempts"
+    """Every allocated GPU bit belongs to exactly one running attempt, and the rest of the invariants."""
+    invariants.check(state)
 
 
 def occupy(
