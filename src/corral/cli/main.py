@@ -235,3 +235,7 @@ def trace_convert(
 
 def main() -> None:  # pragma: no cover - console entry point
     sys.exit(app())
+
+
+# commands that live in their own modules register themselves on `app`
+from corral.cli import serve as _serve  # noqa: E402,F401

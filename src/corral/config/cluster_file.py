@@ -251,6 +251,7 @@ def _build_queues(entries: list[QueueEntry], classes: list[str], loc: Locator) -
                 priorities=tuple(entry.priorities),
                 default_time_limit=entry.default_time_limit,
                 max_time_limit=entry.max_time_limit,
+                mount_allowlist=tuple(entry.mount_allowlist),
             )
         )
     return tuple(queues)

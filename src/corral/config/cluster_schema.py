@@ -81,6 +81,7 @@ class QueueEntry(_Entry):
     default_time_limit: Duration = None
     max_time_limit: Duration = None
     priorities: list[str] = Field(default_factory=list)
+    mount_allowlist: list[str] = Field(default_factory=list)
 
 
 class PriorityClassEntry(_Entry):

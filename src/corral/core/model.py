@@ -127,6 +127,7 @@ class QueueSpec:
     priorities: tuple[str, ...] = ()
     default_time_limit: float | None = None
     max_time_limit: float | None = None
+    mount_allowlist: tuple[str, ...] = ()  # directories job mounts may come from (control plane)
 
     def __post_init__(self) -> None:
         if self.weight <= 0:

@@ -1,0 +1,63 @@
+"""`corral server` and `corral scheduler`: the control plane's processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from corral.cli.main import app
+from corral.cli.settings import data_dir, default_database_url
+
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url", envvar="CORRAL_DATABASE_URL",
+        help="sqlite:///PATH (default: corral.db in the data directory) or postgresql+psycopg://USER@HOST/DB",
+    ),
+]  # fmt: skip
+
+
+@app.command()
+def server(
+    database_url: DatabaseUrl = None,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port")] = 8400,
+    cluster: Annotated[
+        Path | None, typer.Option("--cluster", help="cluster file to apply as a new revision")
+    ] = None,
+    policy: Annotated[str, typer.Option(help="scheduling policy (see `corral policies`)")] = "default",
+    allow_dynamic_nodes: Annotated[bool, typer.Option(help="accept agents of undeclared nodes")] = False,
+    insecure_http: Annotated[bool, typer.Option(help="allow plain HTTP beyond loopback")] = False,
+    tls_cert: Annotated[Path | None, typer.Option(help="TLS certificate (PEM)")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="TLS private key (PEM)")] = None,
+    durability: Annotated[
+        str, typer.Option(help="SQLite: normal (survives kill -9) or full (survives power loss)")
+    ] = "normal",
+    no_scheduler: Annotated[
+        bool, typer.Option(help="serve the API only (run `corral scheduler` elsewhere)")
+    ] = False,
+) -> None:
+    """Run the control plane: the HTTP API (FastAPI on uvicorn) and the scheduler process."""
+    from corral.server.main import ServerOptions, serve
+
+    directory = data_dir()
+    serve(
+        ServerOptions(
+            database_url=database_url or default_database_url(directory), host=host, port=port, data_dir=directory,
+            policy=policy, cluster_file=cluster, allow_dynamic_nodes=allow_dynamic_nodes, insecure_http=insecure_http,
+            tls_cert=tls_cert, tls_key=tls_key, scheduler=not no_scheduler, durability=durability,
+        )
+    )  # fmt: skip
+
+
+@app.command()
+def scheduler(
+    database_url: DatabaseUrl = None,
+    policy: Annotated[str, typer.Option(help="scheduling policy")] = "default",
+) -> None:
+    """Run a scheduler process on its own (`corral server` starts one for you)."""
+    from corral.server.scheduler import main
+
+    main(database_url or default_database_url(data_dir()), policy)

@@ -1,0 +1,52 @@
+"""Where Corral keeps its files, and the client's configuration: flags, then environment
+variables, then the config file (`$XDG_CONFIG_HOME/corral/config.json`, mode 0600)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def data_dir() -> Path:
+    """`$CORRAL_DATA_DIR`, else `$XDG_DATA_HOME/corral`, else `~/.local/share/corral`."""
+    if env := os.environ.get("CORRAL_DATA_DIR"):
+        return Path(env)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "corral"
+
+
+def default_database_url(directory: Path) -> str:
+    return f"sqlite:///{(directory / 'corral.db').resolve()}"
+
+
+def config_path() -> Path:
+    if env := os.environ.get("CORRAL_CONFIG"):
+        return Path(env)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "corral" / "config.json"
+
+
+def read_config() -> dict[str, Any]:
+    path = config_path()
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: cannot read {path}: {exc}; fix or delete it") from None
+    return data if isinstance(data, dict) else {}
+
+
+def write_config(values: dict[str, Any]) -> Path:
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = read_config()
+    data.update(values)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,348 @@
+"""Queues and configuration revisions, the event log, audit, tokens, usage and admin verbs (`/v1`)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import Any
+
+from fastapi import APIRouter, Body, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, Field
+from sqlalchemy import Connection, and_, func, or_, select
+from starlette.responses import Response
+
+from corral.core.errors import ConfigError
+from corral.server.api_jobs import PUBLIC_EVENTS
+from corral.server.app import json_response
+from corral.server.auth import ROLES, Principal, create_token, revoke_token
+from corral.server.cluster import apply_revision, put_setting
+from corral.server.context import Context
+from corral.server.errors import ApiError
+from corral.server.jobs import queues_of
+from corral.store import schema
+
+router = APIRouter()
+
+
+def _ctx(request: Request) -> Context:
+    ctx: Context = request.app.state.ctx
+    return ctx
+
+
+def _who(request: Request) -> Principal:
+    who: Principal = request.state.principal
+    return who
+
+
+def _admin(who: Principal, what: str) -> None:
+    if not who.is_admin:
+        raise ApiError(403, f"only an admin may {what}", fix="ask a cluster admin")
+
+
+# ---- queues and configuration revisions ----------------------------------------------------
+def _queues(ctx: Context, who: Principal) -> list[dict[str, Any]]:
+    model, _ = ctx.model()
+    visible = set(queues_of(model, who))
+    j, al = schema.jobs, schema.allocations
+    with ctx.engines.reader.connect() as conn:
+        used = dict(conn.execute(
+            select(j.c.queue, func.count()).join(al, and_(al.c.job_id == j.c.id, al.c.attempt == j.c.attempt))
+            .where(al.c.live == 1).group_by(j.c.queue)
+        ).all())  # fmt: skip
+        pending = dict(
+            conn.execute(
+                select(j.c.queue, func.count()).where(j.c.state == "pending").group_by(j.c.queue)
+            ).all()
+        )
+    total = sum(n.gpus for n in model.config.nodes)
+    weights = sum(q.weight for q in model.config.queues) or 1.0
+    out = []
+    for q in model.config.queues:
+        if q.name not in visible:
+            continue
+        gpus = used.get(q.name, 0)
+        out.append({
+            "name": q.name, "weight": q.weight, "quota": q.quota, "limit": q.limit, "cohort": q.cohort,
+            "lending_limit": q.lending_limit, "teams": list(q.teams), "priorities": list(q.priorities),
+            "default_time_limit": q.default_time_limit, "max_time_limit": q.max_time_limit,
+            "mount_allowlist": list(q.mount_allowlist), "allocated_gpus": gpus, "pending_jobs": pending.get(q.name, 0),
+            "share": round(gpus / total, 4) if total else 0.0, "fair_share": round(q.weight / weights, 4),
+            "over_quota": max(0, gpus - q.quota),
+        })  # fmt: skip
+    return out
+
+
+@router.get("/queues", tags=["queues"])
+async def list_queues(request: Request) -> Response:
+    """Queues you may use, with GPUs allocated now, pending jobs, share against weight and quota."""
+    return json_response({"queues": await run_in_threadpool(_queues, _ctx(request), _who(request))})
+
+
+class QueueChange(BaseModel):
+    weight: float | None = Field(None, gt=0)
+    quota: int | None = Field(None, ge=0)
+    limit: int | None = Field(None, ge=0)
+    cohort: str | None = None
+    lending_limit: int | None = Field(None, ge=0)
+    teams: list[str] | None = None
+    priorities: list[str] | None = None
+    default_time_limit: str | None = None
+    max_time_limit: str | None = None
+    mount_allowlist: list[str] | None = None
+    comment: str = ""
+
+
+def _revise(
+    ctx: Context, who: Principal, body: dict[str, Any], comment: str, conn: Connection
+) -> dict[str, Any]:
+    try:
+        revision = apply_revision(conn, body, who.name, comment)
+    except ConfigError as exc:
+        raise ApiError(422, str(exc)) from None
+    ctx.journal(conn, [{"event": "x.config", "revision": revision, "by": who.name}])
+    return {"revision": revision}
+
+
+@router.put("/queues/{name}", tags=["queues"])
+async def set_queue(request: Request, name: str, change: QueueChange) -> Response:
+    """Change (or add) a queue: a new configuration revision, audited, that can be rolled back."""
+    ctx, who = _ctx(request), _who(request)
+    _admin(who, "change a queue")
+    model, _ = ctx.model()
+    body = copy.deepcopy(model.body)
+    queues = body.setdefault("queues", [])
+    entry = next((q for q in queues if q.get("name") == name), None)
+    if entry is None:
+        entry = {"name": name}
+        queues.append(entry)
+    fields = change.model_dump(exclude_none=True, exclude={"comment"})
+    entry.update(fields)
+    comment = change.comment or f"queue {name}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
+    request.state.audit_detail = comment
+    out = await ctx.write(lambda conn: _revise(ctx, who, body, comment, conn))
+    ctx.invalidate_model()
+    return json_response(out)
+
+
+@router.get("/config", tags=["config"])
+async def get_config(request: Request) -> Response:
+    """The active cluster configuration (the cluster file as JSON) and its revision."""
+    model, _ = _ctx(request).model()
+    return json_response({"revision": model.revision, "config": model.body})
+
+
+@router.put("/config", tags=["config"])
+async def put_config(
+    request: Request, config: dict[str, Any] = Body(...), comment: str = Query("")
+) -> Response:
+    """Replace the configuration with a new cluster file (validated first; nothing changes on error)."""
+    ctx, who = _ctx(request), _who(request)
+    _admin(who, "change the configuration")
+    out = await ctx.write(lambda conn: _revise(ctx, who, config, comment or "configuration replaced", conn))
+    ctx.invalidate_model()
+    return json_response(out)
+
+
+def _revisions(ctx: Context) -> list[dict[str, Any]]:
+    c = schema.config_revisions
+    with ctx.engines.reader.connect() as conn:
+        rows = conn.execute(select(c.c.id, c.c.created_at, c.c.author, c.c.comment).order_by(c.c.id)).all()
+    return [
+        {"revision": r.id, "created_at": r.created_at, "author": r.author, "comment": r.comment} for r in rows
+    ]
+
+
+@router.get("/config/revisions", tags=["config"])
+async def revisions(request: Request) -> Response:
+    """Every configuration revision, oldest first (`corral queues history`)."""
+    model, _ = _ctx(request).model()
+    return json_response(
+        {"active": model.revision, "revisions": await run_in_threadpool(_revisions, _ctx(request))}
+    )
+
+
+class Rollback(BaseModel):
+    revision: int
+
+
+def _rollback(ctx: Context, who: Principal, revision: int, conn: Connection) -> dict[str, Any]:
+    c = schema.config_revisions
+    text = conn.execute(select(c.c.body).where(c.c.id == revision)).scalar()
+    if text is None:
+        raise ApiError(404, f"no configuration revision {revision}", fix="see `corral queues history`")
+    return _revise(ctx, who, json.loads(text), f"rollback to revision {revision}", conn)
+
+
+@router.post("/config/rollback", tags=["config"])
+async def rollback(request: Request, body: Rollback) -> Response:
+    """Make an earlier revision active again (as a new revision, so the history only grows)."""
+    ctx, who = _ctx(request), _who(request)
+    _admin(who, "roll the configuration back")
+    out = await ctx.write(lambda conn: _rollback(ctx, who, body.revision, conn))
+    ctx.invalidate_model()
+    return json_response(out)
+
+
+# ---- the event log ---------------------------------------------------------------------------
+def _events(ctx: Context, who: Principal, after: int, limit: int) -> list[str]:
+    e, j = schema.events, schema.jobs
+    q = select(e.c.body).where(e.c.seq > after, e.c.kind.in_(PUBLIC_EVENTS)).order_by(e.c.seq).limit(limit)
+    if not who.is_admin:
+        q = q.where(or_(e.c.kind == "cluster", e.c.job.in_(select(j.c.id).where(j.c.team == who.team))))
+    with ctx.engines.reader.connect() as conn:
+        return [r.body for r in conn.execute(q)]
+
+
+@router.get("/events", tags=["events"])
+async def events(
+    request: Request,
+    after: int = Query(0, ge=0, description="only events with a larger seq"),
+    limit: int = Query(1000, ge=1, le=10_000),
+    wait: float = Query(0.0, ge=0, le=60, description="long poll: wait up to this many seconds for one"),
+) -> Response:
+    """The event log of DESIGN.md 4.6 (yours: your team's jobs), one JSON object per event."""
+    ctx, who = _ctx(request), _who(request)
+    if who.role == "agent":
+        raise ApiError(403, "agent tokens may not read the event log")
+    deadline = time.monotonic() + wait
+    while True:
+        bodies = await run_in_threadpool(_events, ctx, who, after, limit)
+        left = deadline - time.monotonic()
+        if bodies or left <= 0:
+            return Response("[" + ",".join(bodies) + "]", media_type="application/json")
+        await ctx.notifier.wait(left)
+
+
+# ---- audit and tokens ------------------------------------------------------------------------
+def _audit(ctx: Context, limit: int, after: int) -> list[dict[str, Any]]:
+    a = schema.audit
+    with ctx.engines.reader.connect() as conn:
+        rows = (
+            conn.execute(select(a).where(a.c.id > after).order_by(a.c.id.desc()).limit(limit))
+            .mappings()
+            .all()
+        )
+    return [dict(r) for r in reversed(rows)]
+
+
+@router.get("/audit", tags=["admin"])
+async def audit(
+    request: Request, limit: int = Query(200, ge=1, le=10_000), after: int = Query(0, ge=0)
+) -> Response:
+    """The newest audit records (who, what, result), oldest first."""
+    _admin(_who(request), "read the audit log")
+    return json_response({"audit": await run_in_threadpool(_audit, _ctx(request), limit, after)})
+
+
+class TokenRequest(BaseModel):
+    name: str = Field(min_length=1, max_length=200)
+    role: str = Field(description="admin, member or agent")
+    team: str = ""
+    node: str = Field(
+        "", description="agent: bind to this node now (default: the first node that registers with it)"
+    )
+    run_as: str = Field("", description="member: the Unix user the member's jobs run as (default: the name)")
+
+
+@router.post("/tokens", tags=["admin"], status_code=201)
+async def make_token(request: Request, req: TokenRequest) -> Response:
+    """Create a token; the secret is in this answer only."""
+    ctx, who = _ctx(request), _who(request)
+    _admin(who, "create tokens")
+    if req.role not in ROLES:
+        raise ApiError(422, f"unknown role {req.role!r}", fix=f"use one of: {', '.join(ROLES)}")
+    if req.role == "member" and not req.team:
+        raise ApiError(422, "a member token needs a team", fix="give --team")
+    request.state.audit_detail = f"{req.role} {req.name} team={req.team} node={req.node}"
+    token_id, token = await ctx.write(
+        lambda conn: create_token(
+            conn, req.name, req.role, team=req.team, node=req.node, run_as=req.run_as, by=who.name
+        )
+    )
+    return json_response(
+        {"id": token_id, "token": token, "name": req.name, "role": req.role, "team": req.team}, 201
+    )
+
+
+def _tokens(ctx: Context) -> list[dict[str, Any]]:
+    t = schema.tokens
+    with ctx.engines.reader.connect() as conn:
+        rows = conn.execute(select(t).order_by(t.c.created_at)).mappings().all()
+    return [{k: v for k, v in r.items() if k != "hash"} for r in rows]
+
+
+@router.get("/tokens", tags=["admin"])
+async def list_tokens(request: Request) -> Response:
+    """Every token (never the secret)."""
+    _admin(_who(request), "list tokens")
+    return json_response({"tokens": await run_in_threadpool(_tokens, _ctx(request))})
+
+
+@router.delete("/tokens/{token_id}", tags=["admin"])
+async def delete_token(request: Request, token_id: str) -> Response:
+    """Revoke a token at once."""
+    ctx, who = _ctx(request), _who(request)
+    _admin(who, "revoke tokens")
+    if not await ctx.write(lambda conn: revoke_token(conn, token_id)):
+        raise ApiError(404, f"no live token {token_id}", fix="see `corral token list`")
+    ctx.tokens.forget(token_id)
+    return json_response({"revoked": token_id})
+
+
+# ---- admin verbs -----------------------------------------------------------------------------
+def _pause(ctx: Context, paused: bool, who: Principal, conn: Connection) -> dict[str, Any]:
+    put_setting(conn, "scheduler.paused", "1" if paused else "0")
+    ctx.journal(conn, [{"event": "x.pause" if paused else "x.resume", "by": who.name}])
+    return {"paused": paused}
+
+
+@router.post("/admin/{verb}", tags=["admin"])
+async def admin_verb(request: Request, verb: str, body: dict[str, Any] | None = Body(None)) -> Response:
+    """`pause` (decisions frozen, running jobs untouched), `resume`, `backup` ({"path": ...} on the server)."""
+    ctx, who = _ctx(request), _who(request)
+    _admin(who, verb)
+    if verb in ("pause", "resume"):
+        return json_response(await ctx.write(lambda conn: _pause(ctx, verb == "pause", who, conn)))
+    if verb == "backup":
+        from corral.server.backup import backup
+
+        path = (body or {}).get("path")
+        if not isinstance(path, str) or not path:
+            raise ApiError(
+                422, "backup needs a path on the server", fix='send {"path": "/var/backups/corral.db"}'
+            )
+        return json_response(await run_in_threadpool(backup, ctx.engines, path))
+    raise ApiError(404, f"no admin verb {verb!r}", fix="use pause, resume or backup")
+
+
+def _usage(ctx: Context, who: Principal, since: float) -> list[dict[str, Any]]:
+    a, j, al = schema.attempts, schema.jobs, schema.allocations
+    now = time.time()
+    with ctx.engines.reader.connect() as conn:
+        gpus = (
+            select(al.c.job_id, al.c.attempt, func.count().label("gpus"))
+            .group_by(al.c.job_id, al.c.attempt)
+            .subquery()
+        )
+        q = (
+            select(j.c.queue, j.c.user, a.c.started_at, a.c.ended_at, gpus.c.gpus)
+            .join(a, a.c.job_id == j.c.id)
+            .join(gpus, and_(gpus.c.job_id == a.c.job_id, gpus.c.attempt == a.c.attempt))
+            .where(or_(a.c.ended_at.is_(None), a.c.ended_at > since))
+        )
+        if not who.is_admin:
+            q = q.where(j.c.team == who.team)
+        rows = conn.execute(q).all()
+    total: dict[tuple[str, str], float] = {}
+    for r in rows:
+        seconds = max(0.0, (r.ended_at or now) - max(r.started_at, since))
+        total[(r.queue, r.user)] = total.get((r.queue, r.user), 0.0) + seconds * r.gpus / 3600.0
+    return [{"queue": q, "user": u, "gpu_hours": round(h, 4)} for (q, u), h in sorted(total.items())]
+
+
+@router.get("/usage", tags=["queues"])
+async def usage(request: Request, since: float = Query(0.0, ge=0, description="Unix time")) -> Response:
+    """GPU-hours per queue and user since `since`, from the attempts the event log records."""
+    return json_response({"usage": await run_in_threadpool(_usage, _ctx(request), _who(request), since)})

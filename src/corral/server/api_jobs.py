@@ -1,0 +1,244 @@
+"""Jobs: submit, list, get, cancel, hold, release, requeue, events, reasons (under `/v1`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+from typing import Any
+
+from fastapi import APIRouter, Body, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import Connection, select, update
+from starlette.responses import Response
+
+from corral.server import metrics
+from corral.server.app import json_response
+from corral.server.auth import Principal
+from corral.server.context import Context
+from corral.server.errors import ApiError
+from corral.server.jobs import ACTIVE_STATES, LIVE_STATES, insert_job, job_json, prepare, spec_json
+from corral.store import schema
+from corral.store.engine import dumps
+
+router = APIRouter(tags=["jobs"])
+
+STATES = ("pending", "starting", "running", "stopping", "finished", "failed", "cancelled", "rejected")
+PUBLIC_EVENTS = (
+    "cluster", "submit", "start", "preempting", "preempt", "lost", "restart", "finish", "fail", "cancel", "reject",
+)  # fmt: skip
+
+
+def _ctx(request: Request) -> Context:
+    ctx: Context = request.app.state.ctx
+    return ctx
+
+
+def _who(request: Request) -> Principal:
+    who: Principal = request.state.principal
+    return who
+
+
+def _no_agents(who: Principal) -> None:
+    if who.role == "agent":
+        raise ApiError(403, "agent tokens may not use the jobs API", fix="use a member or admin token")
+
+
+@router.post("/jobs", status_code=201)
+async def submit(
+    request: Request, spec: dict[str, Any] = Body(..., description="a job spec (DESIGN.md 4.2)")
+) -> Response:
+    """Submit a job; 201 with the job object, or 422 with what to change (and 403 outside your team)."""
+    ctx, who = _ctx(request), _who(request)
+    _no_agents(who)
+    model, static = ctx.model()
+    now = time.time()
+    try:
+        prepared = prepare(model, static, spec, who, now)
+    except ApiError as exc:
+        metrics.SUBMISSIONS.labels(str(exc.status)).inc()
+        raise
+    job_id = await ctx.write(lambda conn: insert_job(conn, prepared, ctx.engines.is_sqlite))
+    metrics.SUBMISSIONS.labels("201").inc()
+    row = SimpleNamespace(
+        id=job_id, name=prepared.spec.name, state="pending", queue=prepared.spec.queue, user=prepared.spec.user,
+        team=prepared.team, attempt=0, reason="", reason_code="", held=False, restarts=0, submit_time=now,
+        start_time=None, end_time=None, exit_code=None, spec=spec_json(prepared.spec), request=json.dumps(prepared.request),
+    )  # fmt: skip
+    out = job_json(row)
+    out["id"] = job_id
+    return json_response(out, 201)
+
+
+def _visible(who: Principal) -> Any:
+    j = schema.jobs
+    return None if who.is_admin else (j.c.team == who.team)
+
+
+def _placements(conn: Connection, rows: list[Any]) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    a = schema.attempts
+    keys = [(r.id, r.attempt) for r in rows if r.state in LIVE_STATES]
+    if not keys:
+        return {}
+    found = conn.execute(
+        select(a.c.job_id, a.c.attempt, a.c.placement).where(
+            a.c.job_id.in_([k[0] for k in keys]), a.c.state != "ended"
+        )
+    ).all()
+    return {(r.job_id, r.attempt): json.loads(r.placement) for r in found}
+
+
+def _list(
+    ctx: Context,
+    who: Principal,
+    state: list[str],
+    queue: str | None,
+    user: str | None,
+    limit: int,
+    after: int,
+):
+    j = schema.jobs
+    q = select(j).where(j.c.seq > after).order_by(j.c.seq).limit(limit)
+    vis = _visible(who)
+    if vis is not None:
+        q = q.where(vis)
+    if state:
+        q = q.where(j.c.state.in_(state))
+    if queue:
+        q = q.where(j.c.queue == queue)
+    if user:
+        q = q.where(j.c.user == user)
+    with ctx.engines.reader.connect() as conn:
+        rows = conn.execute(q).all()
+        places = _placements(conn, rows)
+    return [dict(job_json(r, places.get((r.id, r.attempt))), seq=r.seq) for r in rows]
+
+
+@router.get("/jobs")
+async def list_jobs(
+    request: Request,
+    state: list[str] = Query([], description="repeat to match several; 'active' means pending or live"),
+    queue: str | None = None,
+    user: str | None = None,
+    limit: int = Query(500, ge=1, le=10_000),
+    after: int = Query(0, ge=0, description="only jobs with a larger seq (paging)"),
+) -> Response:
+    """Jobs you may see (your team's; admins: all), oldest first."""
+    who = _who(request)
+    _no_agents(who)
+    wanted: list[str] = []
+    for s in state:
+        if s == "active":
+            wanted.extend(ACTIVE_STATES)
+        elif s not in STATES:
+            raise ApiError(422, f"unknown state {s!r}", fix=f"use one of: {', '.join(STATES)}, active")
+        else:
+            wanted.append(s)
+    rows = await run_in_threadpool(_list, _ctx(request), who, wanted, queue, user, limit, after)
+    return json_response({"jobs": rows})
+
+
+def _get(ctx: Context, who: Principal, job_id: str) -> tuple[Any, list[dict[str, Any]]]:
+    j = schema.jobs
+    with ctx.engines.reader.connect() as conn:
+        row = conn.execute(select(j).where(j.c.id == job_id)).first()
+        if row is None or not (who.is_admin or row.team == who.team):
+            raise ApiError(404, f"no job {job_id} that you may see", fix="list yours with `corral jobs`")
+        places = _placements(conn, [row])
+    return row, places.get((row.id, row.attempt), [])
+
+
+@router.get("/jobs/{job_id}")
+async def get_job(request: Request, job_id: str) -> Response:
+    """One job: state, placement, and the reason it is pending."""
+    who = _who(request)
+    _no_agents(who)
+    row, placement = await run_in_threadpool(_get, _ctx(request), who, job_id)
+    return json_response(job_json(row, placement))
+
+
+def _history(ctx: Context, who: Principal, job_id: str) -> dict[str, Any]:
+    _get(ctx, who, job_id)
+    e, r = schema.events, schema.reasons
+    with ctx.engines.reader.connect() as conn:
+        events = [json.loads(x.body) for x in conn.execute(
+            select(e.c.body).where(e.c.job == job_id, e.c.kind.in_(PUBLIC_EVENTS)).order_by(e.c.seq)
+        )]  # fmt: skip
+        reasons = [
+            {"t": x.t, "code": x.code, "message": x.message}
+            for x in conn.execute(select(r).where(r.c.job_id == job_id).order_by(r.c.id))
+        ]
+    return {"events": events, "reasons": reasons}
+
+
+@router.get("/jobs/{job_id}/events")
+async def job_events(request: Request, job_id: str) -> Response:
+    """The job's events (DESIGN.md 4.6) and the history of the reasons it waited."""
+    who = _who(request)
+    _no_agents(who)
+    return json_response(await run_in_threadpool(_history, _ctx(request), who, job_id))
+
+
+# ---- state changes by users and operators ---------------------------------------------------
+def _change(ctx: Context, who: Principal, job_id: str, action: str, conn: Connection) -> dict[str, Any]:
+    """cancel, hold, release or requeue one job, guarded by its state; returns the job object."""
+    j, a = schema.jobs, schema.attempts
+    row = conn.execute(select(j).where(j.c.id == job_id)).first()
+    if row is None or not (who.is_admin or row.team == who.team):
+        raise ApiError(404, f"no job {job_id} that you may see", fix="list yours with `corral jobs`")
+    now = time.time()
+    state = row.state
+    guard = (j.c.id == job_id, j.c.version == row.version)
+    if action in ("hold", "release"):
+        if state != "pending":
+            raise ApiError(409, f"job {job_id} is {state}; only a pending job can be {action}ed",
+                           fix="`corral requeue` a running job first" if action == "hold" else "")  # fmt: skip
+        conn.execute(update(j).where(*guard).values(held=action == "hold", version=j.c.version + 1))
+        ctx.journal(conn, [{"event": f"x.{action}", "job": job_id, "by": who.name}])
+    elif action == "cancel" and state == "pending":
+        conn.execute(update(j).where(*guard).values(state="cancelled", end_time=now, version=j.c.version + 1))
+        ctx.journal(
+            conn, [{"event": "cancel", "t": now, "job": job_id, "reason": f"cancelled by {who.name}"}]
+        )
+    elif state in ("starting", "running"):
+        if action == "requeue" and not who.is_admin and row.team != who.team:
+            raise ApiError(403, "only the job's team or an admin may requeue it")
+        grace = json.loads(row.request)["checkpoint"]["grace"]
+        deadline = now + grace
+        kind = "cancel" if action == "cancel" else "requeue"
+        changed = conn.execute(
+            update(a)
+            .where(a.c.job_id == job_id, a.c.attempt == row.attempt, a.c.state.in_(("starting", "running")))
+            .values(state="stopping", stop_kind=kind, stop_by=who.name, deadline=deadline)
+        ).rowcount
+        if changed != 1:
+            raise ApiError(409, f"job {job_id} changed meanwhile", fix="try again")
+        conn.execute(update(j).where(*guard).values(state="stopping", version=j.c.version + 1))
+        placement = conn.execute(
+            select(a.c.placement).where(a.c.job_id == job_id, a.c.attempt == row.attempt)
+        ).scalar_one()
+        for node in sorted({p["node"] for p in json.loads(placement)}):
+            conn.execute(schema.outbox.insert().values(node=node, body=dumps(
+                {"kind": "stop", "job": job_id, "attempt": row.attempt, "grace": grace, "why": kind})))  # fmt: skip
+        ctx.journal(
+            conn,
+            [{"event": "x.stop", "job": job_id, "attempt": row.attempt, "deadline": deadline, "kind": kind}],
+        )
+    elif action == "requeue" and state == "pending":
+        pass  # already waiting: nothing to do
+    elif state == "stopping":
+        raise ApiError(409, f"job {job_id} is already stopping", fix="wait for it to stop (`corral show`)")
+    else:
+        raise ApiError(409, f"job {job_id} is {state}: nothing to {action}")
+    new = conn.execute(select(j).where(j.c.id == job_id)).one()
+    return job_json(new)
+
+
+@router.post("/jobs/{job_id}/{action}")
+async def change_job(request: Request, job_id: str, action: str) -> Response:
+    """`cancel` (a running job is told to checkpoint and stop), `hold`, `release`, `requeue`."""
+    if action not in ("cancel", "hold", "release", "requeue"):
+        raise ApiError(404, f"no action {action!r} on jobs", fix="use cancel, hold, release or requeue")
+    ctx, who = _ctx(request), _who(request)
+    _no_agents(who)
+    return json_response(await ctx.write(lambda conn: _change(ctx, who, job_id, action, conn)))

@@ -1,0 +1,75 @@
+"""`/metrics`: the process metrics of the server and the scheduler (multiprocess mode) plus
+gauges computed from the database at scrape time (pending jobs by queue, running jobs,
+allocated, free and unhealthy GPUs, node heartbeat age)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+
+from corral.server.context import Context
+from corral.store import schema
+
+
+class ClusterCollector(Collector):
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def collect(self) -> Iterator[Metric]:
+        j, n, al = schema.jobs, schema.nodes, schema.allocations
+        with self.ctx.engines.reader.connect() as conn:
+            by_state = conn.execute(select(j.c.queue, j.c.state, func.count()).where(
+                j.c.state.in_(("pending", "starting", "running", "stopping"))).group_by(j.c.queue, j.c.state)).all()  # fmt: skip
+            nodes = conn.execute(select(n.c.name, n.c.state, n.c.gpus, n.c.unhealthy)).all()
+            used = dict(
+                conn.execute(select(al.c.node, func.count()).where(al.c.live == 1).group_by(al.c.node)).all()
+            )
+        pending = GaugeMetricFamily("corral_pending_jobs", "Jobs waiting, by queue", labels=["queue"])
+        running = GaugeMetricFamily(
+            "corral_running_jobs", "Jobs with a live attempt, by queue and state", labels=["queue", "state"]
+        )
+        for queue, state, count in by_state:
+            if state == "pending":
+                pending.add_metric([queue], count)
+            else:
+                running.add_metric([queue, state], count)
+        gpus = GaugeMetricFamily(
+            "corral_gpus", "GPUs by status (allocated, free, unhealthy, unavailable)", labels=["status"]
+        )
+        counts = {"allocated": 0, "free": 0, "unhealthy": 0, "unavailable": 0}
+        for name, state, total, unhealthy in nodes:
+            bad = len(json.loads(unhealthy))
+            busy = used.get(name, 0)
+            counts["allocated"] += busy
+            counts["unhealthy"] += bad
+            rest = max(0, total - busy - bad)
+            counts["free" if state == "up" else "unavailable"] += rest
+        for status, value in counts.items():
+            gpus.add_metric([status], value)
+        age = GaugeMetricFamily(
+            "corral_node_heartbeat_age_seconds", "Seconds since each node's last heartbeat", labels=["node"]
+        )
+        now = time.monotonic()
+        for name, seen in list(self.ctx.heartbeats.items()):
+            age.add_metric([name], now - seen)
+        yield from (pending, running, gpus, age)
+
+
+def render(ctx: Context) -> tuple[bytes, str]:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        body = generate_latest(registry)
+    else:
+        body = generate_latest(REGISTRY)
+    cluster = CollectorRegistry()
+    cluster.register(ClusterCollector(ctx))
+    return body + generate_latest(cluster), CONTENT_TYPE_LATEST

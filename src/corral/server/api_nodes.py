@@ -1,0 +1,333 @@
+"""Nodes (list, cordon, drain with a deadline, undrain) and the agents' API (register,
+heartbeat, assignments by long poll from the outbox, status reports), under `/v1`."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, Field
+from sqlalchemy import Connection, func, select, update
+from starlette.responses import Response
+
+from corral.config.gpu_models import normalise_gpu_model
+from corral.core.model import NodeSpec, NodeState
+from corral.server.app import json_response
+from corral.server.auth import Principal
+from corral.server.cluster import node_spec_of, node_values
+from corral.server.context import Context
+from corral.server.errors import ApiError
+from corral.store import schema
+from corral.store.engine import dumps
+
+router = APIRouter()
+HEARTBEAT_INTERVAL = 5.0
+
+
+def _ctx(request: Request) -> Context:
+    ctx: Context = request.app.state.ctx
+    return ctx
+
+
+def _who(request: Request) -> Principal:
+    who: Principal = request.state.principal
+    return who
+
+
+def _admin(who: Principal, what: str) -> None:
+    if not who.is_admin:
+        raise ApiError(403, f"only an admin may {what}", fix="ask a cluster admin")
+
+
+# ---- nodes ---------------------------------------------------------------------------------
+def _nodes(ctx: Context) -> list[dict[str, Any]]:
+    n, al = schema.nodes, schema.allocations
+    now = time.monotonic()
+    with ctx.engines.reader.connect() as conn:
+        used = dict(
+            conn.execute(select(al.c.node, func.count()).where(al.c.live == 1).group_by(al.c.node)).all()
+        )
+        rows = conn.execute(select(n).order_by(n.c.name)).mappings().all()
+    out = []
+    for row in rows:
+        seen = ctx.heartbeats.get(row["name"])
+        unhealthy = json.loads(row["unhealthy"])
+        allocated = used.get(row["name"], 0)
+        out.append({
+            "name": row["name"], "state": row["state"], "reason": row["reason"], "gpus": row["gpus"],
+            "gpu_model": row["gpu_model"], "allocated": allocated, "unhealthy": unhealthy,
+            "free": max(0, row["gpus"] - allocated - len(unhealthy)) if row["state"] == "up" else 0,
+            "labels": json.loads(row["labels"]), "address": row["address"], "declared": bool(row["declared"]),
+            "registered": bool(row["registered"]), "incarnation": row["incarnation"],
+            "heartbeat_age_s": round(now - seen, 3) if seen is not None else None, "drain_deadline": row["drain_deadline"],
+        })  # fmt: skip
+    return out
+
+
+@router.get("/nodes", tags=["nodes"])
+async def list_nodes(request: Request) -> Response:
+    """Every node with its state, GPUs allocated and free, health and heartbeat age."""
+    return json_response({"nodes": await run_in_threadpool(_nodes, _ctx(request))})
+
+
+def _set_state(
+    ctx: Context,
+    who: Principal,
+    name: str,
+    action: str,
+    deadline: float | None,
+    reason: str,
+    conn: Connection,
+):
+    n = schema.nodes
+    row = conn.execute(select(n).where(n.c.name == name)).mappings().first()
+    if row is None:
+        raise ApiError(404, f"no node {name}", fix="list them with `corral nodes`")
+    now = time.time()
+    if action == "undrain":
+        new, why = (NodeState.UP if row["registered"] else NodeState.DOWN), ""
+        values: dict[str, Any] = {"drain_deadline": None}
+    elif action == "cordon":
+        new, why, values = NodeState.CORDONED, reason or f"cordoned by {who.name}", {}
+    else:
+        new, why = NodeState.DRAINING, reason or f"drained by {who.name}"
+        values = {"drain_deadline": now + (deadline or 0.0)}
+        _drain_attempts(ctx, conn, name, deadline or 0.0, who.name)
+    conn.execute(
+        update(n).where(n.c.name == name).values(state=new.value, reason=why, updated_at=now, **values)
+    )
+    ctx.journal(conn, [{"event": "x.node", "node": name, "state": new.value, "by": who.name}])
+    return {"name": name, "state": new.value, "reason": why}
+
+
+def _drain_attempts(ctx: Context, conn: Connection, node: str, deadline: float, by: str) -> None:
+    """Tell every attempt on the node to checkpoint and stop at the deadline; they are requeued."""
+    a, al, j = schema.attempts, schema.allocations, schema.jobs
+    live = conn.execute(
+        select(a.c.job_id, a.c.attempt, a.c.placement, j.c.request)
+        .join(al, (al.c.job_id == a.c.job_id) & (al.c.attempt == a.c.attempt))
+        .join(j, j.c.id == a.c.job_id)
+        .where(al.c.node == node, al.c.live == 1, a.c.state.in_(("starting", "running")))
+        .distinct()
+    ).all()
+    now = time.time()
+    for r in live:
+        grace = json.loads(r.request)["checkpoint"]["grace"]
+        stop_at = now + deadline
+        conn.execute(
+            update(a).where(a.c.job_id == r.job_id, a.c.attempt == r.attempt, a.c.state.in_(("starting", "running")))
+            .values(state="stopping", stop_kind="requeue", stop_by=f"drain of {node}", deadline=stop_at + grace)
+        )  # fmt: skip
+        conn.execute(
+            update(j)
+            .where(j.c.id == r.job_id, j.c.attempt == r.attempt)
+            .values(state="stopping", version=j.c.version + 1)
+        )
+        for target in sorted({p["node"] for p in json.loads(r.placement)}):
+            conn.execute(schema.outbox.insert().values(node=target, body=dumps(
+                {"kind": "stop", "job": r.job_id, "attempt": r.attempt, "grace": grace, "signal_in": deadline,
+                 "why": "drain"})))  # fmt: skip
+        ctx.journal(
+            conn, [{"event": "x.stop", "job": r.job_id, "attempt": r.attempt, "deadline": stop_at + grace}]
+        )
+
+
+class NodeChange(BaseModel):
+    reason: str = ""
+    deadline: float | None = Field(None, ge=0, description="drain: seconds until running jobs are stopped")
+
+
+@router.post("/nodes/{name}/{action}", tags=["nodes"])
+async def change_node(request: Request, name: str, action: str, body: NodeChange | None = None) -> Response:
+    """`cordon` (no new work), `drain` (no new work; jobs checkpointed and requeued by the deadline), `undrain`."""
+    if action not in ("cordon", "drain", "undrain"):
+        raise ApiError(404, f"no action {action!r} on nodes", fix="use cordon, drain or undrain")
+    ctx, who = _ctx(request), _who(request)
+    _admin(who, f"{action} a node")
+    body = body or NodeChange()
+    out = await ctx.write(lambda conn: _set_state(ctx, who, name, action, body.deadline, body.reason, conn))
+    ctx.invalidate_model()
+    return json_response(out)
+
+
+# ---- agents --------------------------------------------------------------------------------
+class Registration(BaseModel):
+    node: str = Field(min_length=1, max_length=200)
+    gpus: int = Field(ge=0)
+    gpu_model: str = ""
+    gpu_memory_gib: float = Field(0.0, ge=0)
+    cpus: int = Field(0, ge=0)
+    memory_gib: float = Field(0.0, ge=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+    nvlink: list[list[int]] = Field(default_factory=list)
+    address: str = ""
+    network: dict[str, Any] = Field(default_factory=dict)
+
+
+def _agent(who: Principal, node: str) -> None:
+    if who.role != "agent" and not who.is_admin:
+        raise ApiError(403, "only an agent token may act for a node", fix="use the node's join token")
+    if who.role == "agent" and who.node and who.node != node:
+        raise ApiError(403, f"this agent token belongs to node {who.node}, not {node}")
+
+
+def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection) -> dict[str, Any]:
+    n, t = schema.nodes, schema.tokens
+    if who.role == "agent" and not who.node:  # a join token is bound to the first node that uses it
+        bound = conn.execute(
+            update(t).where(t.c.id == who.token_id, t.c.node == "").values(node=reg.node)
+        ).rowcount
+        if bound != 1:
+            raise ApiError(403, "this join token is already bound to another node")
+        ctx.tokens.forget(who.token_id)
+    spec = NodeSpec(
+        name=reg.node, gpus=reg.gpus, gpu_model=normalise_gpu_model(reg.gpu_model) if reg.gpu_model else "",  # type: ignore[arg-type]
+        gpu_memory_gib=reg.gpu_memory_gib, cpus=reg.cpus, memory_gib=reg.memory_gib, labels=reg.labels,
+        nvlink=tuple(tuple(g) for g in reg.nvlink), address=reg.address, network=reg.network,
+    )  # fmt: skip
+    row = conn.execute(select(n).where(n.c.name == reg.node)).mappings().first()
+    now = time.time()
+    state, reason = NodeState.UP, ""
+    if row is None:
+        if not ctx.allow_dynamic_nodes:
+            raise ApiError(403, f"node {reg.node} is not declared in the cluster configuration",
+                           fix="declare it in the cluster file (or start the server with --allow-dynamic-nodes)")  # fmt: skip
+        conn.execute(schema.nodes.insert().values(name=reg.node, state="up", registered=True, incarnation=1,
+                                                  updated_at=now, **node_values(spec)))  # fmt: skip
+        incarnation = 1
+    else:
+        incarnation = row["incarnation"] + 1
+        declared = node_spec_of(row)
+        values: dict[str, Any] = {
+            "registered": True,
+            "incarnation": incarnation,
+            "updated_at": now,
+            "address": reg.address,
+        }
+        if row["declared"] and (declared.gpus, declared.gpu_model) != (spec.gpus, spec.gpu_model):
+            state = NodeState.DRAINING
+            reason = (f"inventory mismatch: declared {declared.gpus} x {declared.gpu_model or 'GPU'}, "
+                      f"agent found {spec.gpus} x {spec.gpu_model or 'GPU'}")  # fmt: skip
+        elif not row["declared"]:
+            values.update(node_values(spec))
+        if row["state"] in ("cordoned", "draining") and state is NodeState.UP:
+            state, reason = NodeState(row["state"]), row["reason"]
+        conn.execute(update(n).where(n.c.name == reg.node).values(state=state.value, reason=reason, **values))
+    ctx.journal(
+        conn, [{"event": "x.node", "node": reg.node, "state": state.value, "incarnation": incarnation}]
+    )
+    return {"node": reg.node, "incarnation": incarnation, "state": state.value, "reason": reason,
+            "heartbeat_interval_s": HEARTBEAT_INTERVAL}  # fmt: skip
+
+
+@router.post("/agents/register", tags=["agents"])
+async def register(request: Request, reg: Registration) -> Response:
+    """An agent joins: its node becomes `up` (a declared node whose inventory differs is drained)."""
+    ctx, who = _ctx(request), _who(request)
+    _agent(who, reg.node)
+    out = await ctx.write(lambda conn: _register(ctx, who, reg, conn))
+    ctx.incarnations[reg.node] = out["incarnation"]
+    ctx.heartbeats[reg.node] = time.monotonic()
+    ctx.invalidate_model()
+    return json_response(out)
+
+
+class Heartbeat(BaseModel):
+    incarnation: int
+
+
+def _incarnation(ctx: Context, node: str, incarnation: int) -> None:
+    known = ctx.incarnations.get(node)
+    if known is None:
+        with ctx.engines.reader.connect() as conn:
+            known = conn.execute(
+                select(schema.nodes.c.incarnation).where(schema.nodes.c.name == node)
+            ).scalar()
+        if known is None:
+            raise ApiError(404, f"no node {node}", fix="register first")
+        ctx.incarnations[node] = known
+    if incarnation != known:
+        raise ApiError(409, f"stale incarnation {incarnation} of node {node} (current: {known})",
+                       fix="the agent must register again")  # fmt: skip
+
+
+@router.post("/agents/{node}/heartbeat", tags=["agents"])
+async def heartbeat(request: Request, node: str, beat: Heartbeat) -> Response:
+    """Kept in memory only (DESIGN.md 6.4); answers with the lease the agent may assume."""
+    ctx, who = _ctx(request), _who(request)
+    _agent(who, node)
+    if node in ctx.incarnations:
+        _incarnation(ctx, node, beat.incarnation)
+    else:
+        await run_in_threadpool(_incarnation, ctx, node, beat.incarnation)
+    ctx.heartbeats[node] = time.monotonic()
+    return json_response({"ok": True, "lease_s": 20.0})
+
+
+def _assignments(ctx: Context, node: str, after: int) -> list[dict[str, Any]]:
+    o = schema.outbox
+    with ctx.engines.reader.connect() as conn:
+        rows = conn.execute(
+            select(o.c.seq, o.c.body).where(o.c.node == node, o.c.seq > after).order_by(o.c.seq).limit(1000)
+        ).all()
+    return [dict(json.loads(r.body), seq=r.seq) for r in rows]
+
+
+@router.get("/agents/{node}/assignments", tags=["agents"])
+async def assignments(
+    request: Request, node: str, after: int = Query(0, ge=0), wait: float = Query(0.0, ge=0, le=60)
+) -> Response:
+    """Start and stop orders for the node after `after`; waits up to `wait` s for one (long poll)."""
+    ctx, who = _ctx(request), _who(request)
+    _agent(who, node)
+    deadline = time.monotonic() + wait
+    while True:
+        orders = await run_in_threadpool(_assignments, ctx, node, after)
+        left = deadline - time.monotonic()
+        if orders or left <= 0:
+            return json_response({"orders": orders})
+        await ctx.notifier.wait(left)
+
+
+class Report(BaseModel):
+    incarnation: int
+    job: str
+    attempt: int = Field(ge=1)
+    status: str = Field(description="running | exited")
+    exit_code: int | None = None
+    rank: int | None = None
+
+
+def _report(ctx: Context, node: str, rep: Report, conn: Connection) -> dict[str, Any]:
+    a, j = schema.attempts, schema.jobs
+    row = conn.execute(select(a).where(a.c.job_id == rep.job, a.c.attempt == rep.attempt)).first()
+    if row is None or node not in {p["node"] for p in json.loads(row.placement)}:
+        raise ApiError(404, f"no attempt {rep.attempt} of job {rep.job} on node {node}")
+    if row.state == "ended":
+        raise ApiError(409, f"attempt {rep.attempt} of job {rep.job} has ended", fix="kill its processes")
+    if rep.status == "running":
+        conn.execute(
+            update(a)
+            .where(a.c.job_id == rep.job, a.c.attempt == rep.attempt, a.c.state == "starting")
+            .values(state="running")
+        )
+        conn.execute(update(j).where(j.c.id == rep.job, j.c.attempt == rep.attempt, j.c.state == "starting")
+                     .values(state="running", version=j.c.version + 1))  # fmt: skip
+    elif rep.status == "exited":
+        ctx.journal(conn, [{"event": "x.exit", "job": rep.job, "attempt": rep.attempt, "node": node,
+                            "exit_code": rep.exit_code, "rank": rep.rank}])  # fmt: skip
+    else:
+        raise ApiError(422, f"unknown status {rep.status!r}", fix="use running or exited")
+    return {"ok": True}
+
+
+@router.post("/agents/{node}/reports", tags=["agents"])
+async def report(request: Request, node: str, rep: Report) -> Response:
+    """An attempt's workers are running, or have exited (the scheduler then ends the attempt)."""
+    ctx, who = _ctx(request), _who(request)
+    _agent(who, node)
+    await run_in_threadpool(_incarnation, ctx, node, rep.incarnation)
+    return json_response(await ctx.write(lambda conn: _report(ctx, node, rep, conn)))

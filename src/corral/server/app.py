@@ -1,0 +1,161 @@
+"""The FastAPI application: `/healthz`, `/metrics`, and the API under `/v1` (DESIGN.md 4.7, 6.6).
+
+Every route but `/healthz` needs a bearer token. Mutating calls leave an audit record (who,
+what, result), written through the same group commit as the change. Request bodies are capped
+(`MAX_BODY` bytes). Database reads run in the thread pool, writes in the group-commit writer:
+nothing blocks the event loop on the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from corral.server.auth import Principal
+from corral.server.context import Context
+from corral.server.errors import ApiError
+from corral.store import schema
+
+MAX_BODY = 1 << 20  # 1 MiB
+UNAUDITED = ("/heartbeat",)
+
+
+def json_response(content: Any, status: int = 200) -> Response:
+    return Response(
+        json.dumps(content, separators=(",", ":")), status_code=status, media_type="application/json"
+    )
+
+
+async def principal(request: Request) -> Principal:
+    """The caller, from `Authorization: Bearer <token>`; 401 when absent, unknown or revoked."""
+    ctx: Context = request.app.state.ctx
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(
+            401, "no token: send the header `Authorization: Bearer <token>`",
+            fix="set CORRAL_TOKEN (or run `corral up`, which writes one to your config); admins make tokens with `corral token create`",
+        )  # fmt: skip
+    token = token.strip()
+    found = ctx.tokens.cached(token)
+    if found is False:
+        found = await run_in_threadpool(ctx.tokens.lookup, token)
+    if found is None:
+        raise ApiError(
+            401, "the token is unknown or revoked", fix="ask an admin for a new one (`corral token create`)"
+        )
+    request.state.principal = found
+    return found
+
+
+class BodyLimit:
+    """Refuses request bodies over `limit` bytes with 413, whether or not Content-Length is sent."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                await _too_large(self.limit)(scope, receive, send)
+                return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise ApiError(413, f"request body over {self.limit} bytes", fix="send a smaller body")
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return JSONResponse(
+        {"error": f"request body over {limit} bytes", "fix": "send a smaller body"}, status_code=413
+    )
+
+
+def create_app(ctx: Context) -> FastAPI:
+    from corral.server import api_admin, api_jobs, api_nodes
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        ctx.notifier.bind(asyncio.get_running_loop())
+        ctx.start()
+        yield
+        ctx.close()
+
+    app = FastAPI(
+        title="Corral", version="1", lifespan=lifespan,
+        description="GPU cluster scheduler: jobs, nodes, queues, agents. Every route but /healthz needs a bearer token.",
+    )  # fmt: skip
+    app.state.ctx = ctx
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> Response:
+        return json_response(exc.body(), exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> Response:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        return json_response(
+            {"error": f"invalid request: {problems}", "fix": "see /docs for the request shape"}, 422
+        )
+
+    @app.middleware("http")
+    async def _audit(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        response = await call_next(request)
+        if request.method in ("POST", "PUT", "PATCH", "DELETE") and not request.url.path.endswith(UNAUDITED):
+            who = getattr(request.state, "principal", None)
+            row = {
+                "t": time.time(), "principal": who.name if who else "(anonymous)", "action": request.method + " " + request.url.path,
+                "target": request.url.path.rsplit("/", 2)[-2] if request.url.path.count("/") > 2 else "",
+                "result": str(response.status_code), "detail": getattr(request.state, "audit_detail", ""),
+            }  # fmt: skip
+            ctx.writer.submit(lambda conn: conn.execute(schema.audit.insert().values(**row)))
+        return response
+
+    @app.get("/healthz", tags=["health"])
+    async def healthz() -> Response:
+        return json_response({"ok": True, "uptime_s": round(time.monotonic() - ctx.started, 3)})
+
+    @app.get("/metrics", tags=["health"])
+    async def metrics_route(_who: Principal = Depends(principal)) -> Response:
+        from corral.server.api_metrics import render
+
+        body, content_type = await run_in_threadpool(render, ctx)
+        return Response(body, media_type=content_type)
+
+    for module in (api_jobs, api_nodes, api_admin):
+        app.include_router(module.router, prefix="/v1", dependencies=[Depends(principal)])
+    app.add_middleware(_BodyLimitMiddleware)
+    return app
+
+
+class _BodyLimitMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.inner = BodyLimit(app)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.inner(scope, receive, send)
+        except ApiError as exc:
+            await json_response(exc.body(), exc.status)(scope, receive, send)

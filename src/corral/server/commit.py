@@ -1,0 +1,255 @@
+"""How the scheduler writes what it decided, each group guarded by the rows it depends on.
+
+DESIGN.md 6.2: a start commits only if the job is still pending, unheld and at the attempt
+the scheduler saw, and its nodes are still up; "preempt K and L for J" commits or drops as one;
+and the unique index on live allocations makes a GPU given twice a database error. Never a
+global version check. Each group runs in a SAVEPOINT of the scheduler's one transaction per
+cycle (group commit); a group whose guard fails is dropped and reported, and the scheduler
+rebuilds its memory from the database before the next cycle.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, and_, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from corral.core.decisions import Preempt, Start
+from corral.store import schema
+from corral.store.engine import append_events, dumps
+
+RESTART_BACKOFF = 10.0
+RESTART_BACKOFF_MAX = 300.0
+
+
+class GuardFailed(Exception):
+    """A row changed since the scheduler read it: the group is dropped."""
+
+
+def placement_json(start: Start) -> list[dict[str, Any]]:
+    return [{"node": r.node, "gpus": list(r.gpus)} for r in start.placement]
+
+
+class Batch:
+    """The writes of one scheduler step, applied in one transaction, group by group."""
+
+    def __init__(self, conn: Connection, is_sqlite: bool, now: float) -> None:
+        self.conn = conn
+        self.is_sqlite = is_sqlite
+        self.now = now
+        self.own_seqs: list[int] = []
+        self.dropped: list[str] = []
+        self.touched_nodes: set[str] = set()
+
+    def group(self, label: str, fn: Any, *args: Any) -> bool:
+        """Run `fn(*args)` in a savepoint; False (and rolled back) when a guard or the unique index fails."""
+        try:
+            with self.conn.begin_nested():
+                fn(*args)
+            return True
+        except (GuardFailed, IntegrityError) as exc:
+            self.dropped.append(f"{label}: {exc}")
+            return False
+
+    def events(self, entries: Sequence[dict[str, Any]]) -> None:
+        stored = append_events(self.conn, entries, self.is_sqlite)
+        self.own_seqs.extend(e["seq"] for e in stored)
+
+    def outbox(self, node: str, body: dict[str, Any]) -> None:
+        self.conn.execute(insert(schema.outbox).values(node=node, body=dumps(body)))
+        self.touched_nodes.add(node)
+
+    # ---- decisions ------------------------------------------------------------------------
+    def start(self, s: Start, previous_attempt: int, request: dict[str, Any], run_as: str) -> None:
+        conn, j = self.conn, schema.jobs
+        nodes = sorted({r.node for r in s.placement})
+        up = conn.execute(
+            select(schema.nodes.c.name).where(schema.nodes.c.name.in_(nodes), schema.nodes.c.state == "up")
+        ).all()
+        if len(up) != len(nodes):
+            raise GuardFailed(f"start {s.job}: a node of its placement is no longer up")
+        changed = conn.execute(
+            update(j)
+            .where(j.c.id == s.job, j.c.state == "pending", j.c.held.is_(False), j.c.attempt == previous_attempt)
+            .values(
+                state="starting", attempt=s.attempt, version=j.c.version + 1, reason="", reason_code="",
+                start_time=self.now if previous_attempt == 0 else j.c.start_time,
+            )
+        ).rowcount  # fmt: skip
+        if changed != 1:
+            raise GuardFailed(f"start {s.job}: the job is no longer pending at attempt {previous_attempt}")
+        placement = placement_json(s)
+        conn.execute(
+            insert(schema.attempts).values(
+                job_id=s.job,
+                attempt=s.attempt,
+                state="starting",
+                placement=dumps(placement),
+                started_at=self.now,
+            )
+        )
+        conn.execute(
+            insert(schema.allocations),
+            [
+                {"job_id": s.job, "attempt": s.attempt, "node": r.node, "gpu": g, "live": 1}
+                for r in s.placement
+                for g in r.gpus
+            ],
+        )
+        self.events(
+            [{"event": "start", "t": self.now, "job": s.job, "attempt": s.attempt, "placement": placement}]
+        )
+        order = {
+            "job": s.job,
+            "attempt": s.attempt,
+            "placement": placement,
+            "run_as": run_as,
+            "spec": request,
+        }
+        for node in nodes:
+            self.outbox(node, {"kind": "start", **order})
+
+    def preempt(self, victims: Sequence[tuple[Preempt, list[str]]]) -> None:
+        """Tell every victim of one preemptor to checkpoint and stop; all or none."""
+        for p, nodes in victims:
+            self._stop(p.job, p.attempt, "preempt", p.by, p.deadline, nodes)
+        self.events(
+            [
+                {"event": "preempting", "t": self.now, "job": p.job, "attempt": p.attempt, "by": p.by,
+                 "deadline": p.deadline}
+                for p, _ in victims
+            ]
+        )  # fmt: skip
+
+    def _stop(
+        self, job: str, attempt: int, kind: str, by: str | None, deadline: float, nodes: list[str]
+    ) -> None:
+        a, j = schema.attempts, schema.jobs
+        changed = self.conn.execute(
+            update(a)
+            .where(a.c.job_id == job, a.c.attempt == attempt, a.c.state.in_(("starting", "running")))
+            .values(state="stopping", stop_kind=kind, stop_by=by, deadline=deadline)
+        ).rowcount
+        if changed != 1:
+            raise GuardFailed(f"stop {job}: attempt {attempt} is no longer live")
+        self.conn.execute(
+            update(j)
+            .where(j.c.id == job, j.c.attempt == attempt)
+            .values(state="stopping", version=j.c.version + 1)
+        )
+        for node in nodes:
+            self.outbox(
+                node, {"kind": "stop", "job": job, "attempt": attempt, "grace": max(0.0, deadline - self.now)}
+            )
+
+    def reject(self, job: str, reason: str) -> None:
+        j = schema.jobs
+        changed = self.conn.execute(
+            update(j)
+            .where(j.c.id == job, j.c.state == "pending")
+            .values(state="rejected", reason=reason, reason_code="never_fits", end_time=self.now,
+                    version=j.c.version + 1)
+        ).rowcount  # fmt: skip
+        if changed != 1:
+            raise GuardFailed(f"reject {job}: no longer pending")
+        self.events([{"event": "reject", "t": self.now, "job": job, "reason": reason}])
+
+    def reasons(self, changes: Sequence[tuple[str, str, str, bool]]) -> None:
+        """Persist changed reasons of pending jobs; a new code also goes to the reason history."""
+        if not changes:
+            return
+        j = schema.jobs
+        for job, code, message, _ in changes:
+            self.conn.execute(
+                update(j)
+                .where(j.c.id == job, j.c.state == "pending")
+                .values(reason_code=code, reason=message)
+            )
+        history = [
+            {"job_id": job, "t": self.now, "code": code, "message": message}
+            for job, code, message, new in changes
+            if new
+        ]
+        if history:
+            self.conn.execute(insert(schema.reasons), history)
+
+    # ---- endings --------------------------------------------------------------------------
+    def end(self, job: str, attempt: int, outcome: Ending) -> None:
+        """Close an attempt, release its GPUs, move the job on, and log the ending event."""
+        a, j, al = schema.attempts, schema.jobs, schema.allocations
+        changed = self.conn.execute(
+            update(a)
+            .where(a.c.job_id == job, a.c.attempt == attempt, a.c.state != "ended")
+            .values(state="ended", ended_at=self.now, end_kind=outcome.event, exit_code=outcome.exit_code,
+                    rank=outcome.rank)
+        ).rowcount  # fmt: skip
+        if changed != 1:
+            raise GuardFailed(f"end {job}: attempt {attempt} already ended")
+        self.conn.execute(
+            update(al)
+            .where(and_(al.c.job_id == job, al.c.attempt == attempt, al.c.live == 1))
+            .values(live=None)
+        )
+        values: dict[str, Any] = {
+            "state": outcome.state,
+            "version": j.c.version + 1,
+            "exit_code": outcome.exit_code,
+        }
+        if outcome.state != "pending":
+            values["end_time"] = self.now
+        if outcome.event == "restart":
+            values["restarts"] = j.c.restarts + 1
+            values["not_before"] = outcome.not_before
+        self.conn.execute(update(j).where(j.c.id == job, j.c.attempt == attempt).values(**values))
+        event: dict[str, Any] = {"event": outcome.event, "t": self.now, "job": job, "attempt": attempt}
+        if outcome.reason:
+            event["reason"] = outcome.reason
+        if outcome.exit_code is not None:
+            event["exit_code"] = outcome.exit_code
+        if outcome.rank is not None:
+            event["rank"] = outcome.rank
+        self.events([event])
+
+
+class Ending:
+    """What an attempt's end means for its job: the event, the job's next state, the backoff."""
+
+    __slots__ = ("event", "exit_code", "not_before", "rank", "reason", "state")
+
+    def __init__(
+        self, event: str, state: str, reason: str = "", exit_code: int | None = None, rank: int | None = None,
+        not_before: float = 0.0,
+    ) -> None:  # fmt: skip
+        self.event, self.state, self.reason = event, state, reason
+        self.exit_code, self.rank, self.not_before = exit_code, rank, not_before
+
+    @property
+    def requeues(self) -> bool:
+        return self.state == "pending"
+
+
+def ending_of(
+    stop_kind: str | None, stop_by: str | None, exit_code: int | None, rank: int | None,
+    restarts: int, max_restarts: int, now: float | None = None,
+) -> Ending:  # fmt: skip
+    """DESIGN.md 4.4 and 5: an exit after a stop order never counts against `max_restarts`."""
+    now = time.time() if now is None else now
+    if stop_kind == "preempt":
+        return Ending(
+            "preempt", "pending", f"preempted by {stop_by}" if stop_by else "preempted", exit_code, rank
+        )
+    if stop_kind == "requeue":
+        return Ending("preempt", "pending", f"requeued by {stop_by or 'an operator'}", exit_code, rank)
+    if stop_kind == "cancel":
+        return Ending("cancel", "cancelled", f"cancelled by {stop_by or 'a user'}", exit_code, rank)
+    if stop_kind == "time_limit":
+        return Ending("fail", "failed", "time_limit", exit_code, rank)
+    if exit_code == 0:
+        return Ending("finish", "finished", "", 0, None)
+    if restarts < max_restarts:
+        backoff = min(RESTART_BACKOFF * 2**restarts, RESTART_BACKOFF_MAX)
+        return Ending("restart", "pending", f"worker exited with {exit_code}", exit_code, rank, now + backoff)
+    return Ending("fail", "failed", f"worker exited with {exit_code}; no restarts left", exit_code, rank)

@@ -1,0 +1,113 @@
+"""What the API process holds: engines, the group-commit writer, tokens, the cluster view,
+heartbeats (in memory, DESIGN.md 6.4), and the notifier behind long polls."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection
+
+from corral.core.state import ClusterState
+from corral.server.auth import TokenCache
+from corral.server.cluster import ClusterModel, load_cluster
+from corral.server.doorbell import Bell, Doorbell
+from corral.store.engine import Engines, append_events
+from corral.store.writer import Writer
+
+T = TypeVar("T")
+
+
+class Notifier:
+    """Wakes every long poll when something was committed (by this process or, rung, by the scheduler)."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.event: asyncio.Event | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.event = asyncio.Event()
+
+    def _fire(self) -> None:
+        if self.event is not None:
+            self.event.set()
+            self.event = asyncio.Event()
+
+    def notify(self) -> None:
+        """Thread-safe."""
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._fire)
+
+    async def wait(self, timeout: float) -> None:
+        if self.event is None or timeout <= 0:
+            return
+        event = self.event
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+
+
+class Context:
+    def __init__(self, engines: Engines, *, allow_dynamic_nodes: bool = False) -> None:
+        self.engines = engines
+        self.allow_dynamic_nodes = allow_dynamic_nodes
+        self.notifier = Notifier()
+        self.scheduler_bell = Bell("scheduler", engines.reader)
+        self.writer = Writer(engines, after_commit=self._after_commit)
+        self.tokens = TokenCache(engines.reader)
+        self.heartbeats: dict[str, float] = {}  # node -> monotonic time of its last heartbeat
+        self.incarnations: dict[str, int] = {}
+        self.started = time.monotonic()
+        self._model_lock = threading.Lock()
+        self._model: tuple[ClusterModel, ClusterState] | None = None
+        self.doorbell = Doorbell("api")
+        self._stop = threading.Event()
+        self._listener = threading.Thread(target=self._listen, name="corral-api-doorbell", daemon=True)
+
+    def start(self) -> None:
+        self.doorbell.publish(self.engines.writer)
+        self._listener.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.writer.close()
+        self.doorbell.close()
+        self.engines.dispose()
+
+    def _listen(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.doorbell.wait(1.0):
+                    self.notifier.notify()
+            except (OSError, ValueError):
+                return
+
+    def _after_commit(self) -> None:
+        self.scheduler_bell.ring()
+        self.notifier.notify()
+
+    # ---- the cluster view ----------------------------------------------------------------
+    def model(self) -> tuple[ClusterModel, ClusterState]:
+        """The active configuration and nodes, and an empty state built from them (for checks)."""
+        with self._model_lock:
+            if self._model is None:
+                with self.engines.reader.connect() as conn:
+                    model = load_cluster(conn)
+                self._model = (model, model.build_state())
+            return self._model
+
+    def invalidate_model(self) -> None:
+        with self._model_lock:
+            self._model = None
+
+    # ---- writes ----------------------------------------------------------------------------
+    async def write(self, work: Callable[[Connection], T]) -> T:
+        """Run `work` in the next group commit; returns once it is durable."""
+        return await asyncio.wrap_future(self.writer.submit(work))
+
+    def journal(self, conn: Connection, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return append_events(conn, entries, self.engines.is_sqlite)

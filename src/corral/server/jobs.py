@@ -1,0 +1,154 @@
+"""Submissions checked at the door, job rows, and the job JSON of DESIGN.md 4.7.
+
+A submission is parsed as the job spec of DESIGN.md 4.2, resolved against the active cluster
+configuration (queue, priority class, time limit, pack level), checked for the submitter's
+rights (team, mount allowlist) and against the static capacity (section 4.8: a job that can
+never fit is refused with 422 and the reason), then written with its `submit` event in one
+transaction by the group-commit writer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from sqlalchemy import Connection, func, insert, select
+
+from corral.config.job_spec import JobRequest, parse_job_spec, to_job_spec
+from corral.core.errors import ConfigError
+from corral.core.model import JobId, JobSpec, Launch, QueueName, Topology
+from corral.core.request import never_fits, request_for
+from corral.core.state import ClusterState
+from corral.server.auth import Principal
+from corral.server.cluster import ClusterModel
+from corral.server.errors import ApiError
+from corral.store import schema
+from corral.store.engine import append_events, dumps
+
+LIVE_STATES = ("starting", "running", "stopping")
+ACTIVE_STATES = ("pending", *LIVE_STATES)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A checked submission, ready to be written (its id and sequence are given at write time)."""
+
+    spec: JobSpec
+    request: dict[str, Any]
+    team: str
+    run_as: str
+
+
+def queues_of(model: ClusterModel, who: Principal) -> list[str]:
+    """The queues `who` may submit to and look at (admins: all)."""
+    if who.is_admin:
+        return [q.name for q in model.config.queues]
+    return [q.name for q in model.config.queues if who.team and who.team in q.teams]
+
+
+def prepare(model: ClusterModel, static: ClusterState, body: object, who: Principal, now: float) -> Prepared:
+    """Parse and check a submission; ApiError (422, 403) says what to change."""
+    try:
+        request = parse_job_spec(body, "job spec")
+    except ConfigError as exc:
+        raise ApiError(422, str(exc)) from None
+    if not request.command:
+        raise ApiError(
+            422,
+            "job spec: command: a job needs a command",
+            fix='give the argv as a list, e.g. command: ["python", "train.py"], or after `--` on the command line',
+        )
+    allowed = queues_of(model, who)
+    default_queue = allowed[0] if allowed else model.default_queue
+    try:
+        spec = to_job_spec(
+            request, job_id="new", seq=0, submit_time=now, cluster=model.config, default_queue=default_queue,
+            user=who.name,
+        )  # fmt: skip
+    except ConfigError as exc:
+        raise ApiError(422, str(exc)) from None
+    if spec.queue not in allowed:
+        raise ApiError(
+            403,
+            f"team {who.team or '(none)'} may not submit to queue {spec.queue}",
+            fix=f"submit to one of: {', '.join(allowed) or '(no queue: ask an admin to add your team)'}",
+        )
+    _check_mounts(model, request, spec.queue)
+    reason = never_fits(static, spec, request_for(static, spec))
+    if reason is not None:
+        raise ApiError(422, f"this job can never run on this cluster: {reason}", code="never_fits")
+    return Prepared(spec, request.model_dump(mode="json", warnings=False), who.team, who.run_as or who.name)
+
+
+def _check_mounts(model: ClusterModel, request: JobRequest, queue: str) -> None:
+    allow = model.config.queue(queue).mount_allowlist
+    for i, mount in enumerate(request.mounts):
+        source = os.path.normpath(mount.source)
+        if not any(source == root or source.startswith(root.rstrip("/") + "/") for root in allow):
+            raise ApiError(
+                422,
+                f"job spec: mounts[{i}].source: {mount.source} is not under queue {queue}'s mount_allowlist",
+                fix=f"mount from under one of: {', '.join(allow)}"
+                if allow
+                else f"ask an admin to add a mount_allowlist to queue {queue}",
+            )
+
+
+def spec_json(spec: JobSpec) -> str:
+    data = asdict(spec)
+    data["launch"] = spec.launch.value
+    return dumps(data)
+
+
+def spec_from_json(text: str) -> JobSpec:
+    data = json.loads(text)
+    data["id"] = JobId(data["id"])
+    data["queue"] = QueueName(data["queue"])
+    data["launch"] = Launch(data["launch"])
+    data["topology"] = Topology(**data["topology"])
+    data["gpu_model"] = tuple(data["gpu_model"])
+    return JobSpec(**data)
+
+
+def insert_job(conn: Connection, prepared: Prepared, is_sqlite: bool) -> str:
+    """Write one submission and its `submit` event; returns the new job's id."""
+    seq = (conn.execute(select(func.max(schema.jobs.c.seq))).scalar() or 0) + 1
+    job_id = f"j{seq}"
+    spec = replace(prepared.spec, id=JobId(job_id), seq=seq)
+    conn.execute(
+        insert(schema.jobs).values(
+            seq=seq, id=job_id, name=spec.name, queue=spec.queue, user=spec.user, team=prepared.team,
+            run_as=prepared.run_as, state="pending", submit_time=spec.submit_time, spec=spec_json(spec),
+            request=dumps(prepared.request),
+        )
+    )  # fmt: skip
+    append_events(conn, [submit_event(spec)], is_sqlite)
+    return job_id
+
+
+def submit_event(spec: JobSpec) -> dict[str, Any]:
+    return {
+        "event": "submit", "t": spec.submit_time, "job": spec.id, "queue": spec.queue, "replicas": spec.replicas,
+        "gpus_per_replica": spec.gpus_per_replica, "priority": spec.priority, "priority_class": spec.priority_class,
+        "gpu_model": list(spec.gpu_model), "topology": {"pack": spec.topology.pack, "required": spec.topology.required},
+        "time_limit": spec.time_limit, "preemptible": spec.preemptible, "user": spec.user,
+    }  # fmt: skip
+
+
+def job_json(row: Any, placement: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The job object of the API, `corral show --json` and `corral submit --json`."""
+    spec = json.loads(row.spec)
+    request = json.loads(row.request)
+    return {
+        "id": row.id, "name": row.name, "state": row.state, "queue": row.queue, "user": row.user,
+        "team": row.team, "attempt": row.attempt, "placement": placement or [],
+        "reason": row.reason, "reason_code": row.reason_code, "held": bool(row.held),
+        "priority_class": spec["priority_class"], "priority": spec["priority"], "replicas": spec["replicas"],
+        "gpus_per_replica": spec["gpus_per_replica"], "gpus": spec["replicas"] * spec["gpus_per_replica"],
+        "time_limit": spec["time_limit"], "preemptible": spec["preemptible"], "launch": spec["launch"],
+        "gpu_model": spec["gpu_model"], "topology": spec["topology"], "restarts": row.restarts,
+        "submit_time": row.submit_time, "start_time": row.start_time, "end_time": row.end_time,
+        "exit_code": row.exit_code, "command": request["command"], "max_restarts": request["max_restarts"],
+    }  # fmt: skip

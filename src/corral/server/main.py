@@ -1,0 +1,142 @@
+"""`corral server`: migrate the store, make the first admin token, start the scheduler process
+and serve the API with uvicorn."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from corral.store import schema
+from corral.store.engine import Engines, make_engines, upgrade
+
+log = logging.getLogger("corral.server")
+
+
+@dataclass
+class ServerOptions:
+    database_url: str
+    host: str = "127.0.0.1"
+    port: int = 8400
+    data_dir: Path = Path(".")
+    policy: str = "default"
+    cluster_file: Path | None = None
+    allow_dynamic_nodes: bool = False
+    insecure_http: bool = False
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    scheduler: bool = True  # start the scheduler process
+    durability: str = "normal"
+    log_level: str = "warning"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listen(opts: ServerOptions) -> None:
+    """DESIGN.md 6.6: no plain HTTP beyond loopback unless asked for by name."""
+    if is_loopback(opts.host) or opts.insecure_http or (opts.tls_cert and opts.tls_key):
+        return
+    raise SystemExit(
+        f"refusing to listen on {opts.host} without TLS: tokens would cross the network in clear.\n"
+        "Give --tls-cert and --tls-key, listen on 127.0.0.1, or accept the risk with --insecure-http."
+    )
+
+
+def prepare_store(opts: ServerOptions) -> tuple[Engines, str | None]:
+    """Migrate; apply the cluster file as a new revision when given; make the first admin token."""
+    from corral.config.yaml_source import load_yaml
+    from corral.server.auth import create_token
+    from corral.server.cluster import apply_revision, get_setting
+
+    engines = make_engines(opts.database_url, opts.durability)
+    upgrade(engines)
+    token = None
+    with engines.writer.begin() as conn:
+        if opts.cluster_file is not None:
+            body, _ = load_yaml(opts.cluster_file)
+            from corral.config.cluster_file import parse_cluster_config
+
+            parse_cluster_config(body, str(opts.cluster_file))  # errors with line numbers, before storing
+            active = get_setting(conn, "config.active")
+            current = None
+            if active is not None:
+                current = conn.execute(
+                    select(schema.config_revisions.c.body).where(schema.config_revisions.c.id == int(active))
+                ).scalar()
+            import json
+
+            if current is None or json.loads(current) != body:
+                apply_revision(conn, body, "corral server", f"loaded from {opts.cluster_file}")  # type: ignore[arg-type]
+        admins = conn.execute(
+            select(func.count()).select_from(schema.tokens).where(schema.tokens.c.role == "admin")
+        ).scalar()
+        if not admins:
+            _, token = create_token(conn, "admin", "admin", by="corral server")
+    return engines, token
+
+
+def start_scheduler(opts: ServerOptions, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "corral.server.scheduler_main",
+        "--database-url",
+        opts.database_url,
+        "--policy",
+        opts.policy,
+    ]
+    return subprocess.Popen(cmd, env=env)
+
+
+def serve(opts: ServerOptions) -> None:
+    check_listen(opts)
+    opts.data_dir.mkdir(parents=True, exist_ok=True)
+    metrics_dir = opts.data_dir / "metrics"
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    metrics_dir.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    engines, token = prepare_store(opts)
+    if token is not None:
+        path = opts.data_dir / "admin-token"
+        path.write_text(token + "\n")
+        path.chmod(0o600)
+        print(f"corral: first admin token written to {path}", file=sys.stderr)
+    import uvicorn
+
+    from corral.server.app import create_app
+    from corral.server.context import Context
+
+    scheduler = start_scheduler(opts, dict(os.environ)) if opts.scheduler else None
+    ctx = Context(engines, allow_dynamic_nodes=opts.allow_dynamic_nodes)
+    app = create_app(ctx)
+    config = uvicorn.Config(
+        app, host=opts.host, port=opts.port, log_level=opts.log_level, access_log=False,
+        ssl_certfile=str(opts.tls_cert) if opts.tls_cert else None, ssl_keyfile=str(opts.tls_key) if opts.tls_key else None,
+    )  # fmt: skip
+    server = uvicorn.Server(config)
+    try:
+        server.run()
+    finally:
+        if scheduler is not None:
+            scheduler.send_signal(signal.SIGTERM)
+            try:
+                scheduler.wait(5)
+            except subprocess.TimeoutExpired:
+                scheduler.kill()
+        _ = time

@@ -1,0 +1,25 @@
+"""Prometheus metrics (prometheus-client). The scheduler runs in its own process, so the
+server and the scheduler share them through prometheus-client's multiprocess mode
+(`PROMETHEUS_MULTIPROC_DIR`, set by `corral server` before either imports this module);
+gauges that describe the cluster are computed from the database at scrape time instead."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+CYCLE_SECONDS = Histogram(
+    "corral_scheduling_cycle_seconds",
+    "Duration of one scheduling cycle (the core's schedule() call)",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+ADMISSION_WAIT = Histogram(
+    "corral_admission_wait_seconds",
+    "Time from a job's submission to the start of an attempt",
+    buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600),
+)
+PREEMPTIONS = Counter("corral_preemptions_total", "Attempts told to stop for another job", ["reason"])
+ENDINGS = Counter(
+    "corral_attempt_endings_total", "Attempts ended, by ending event (finish, fail, restart, ...) and reason",
+    ["event", "reason"],
+)  # fmt: skip
+SUBMISSIONS = Counter("corral_submissions_total", "Submissions answered, by HTTP status", ["status"])

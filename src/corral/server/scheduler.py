@@ -1,0 +1,362 @@
+"""The scheduler process: the single writer of placements (DESIGN.md 1 and 6.2).
+
+It keeps the scheduling state in memory (built from the database at start), tails the journal
+(`events`, public and `x.` kinds) for what others wrote (submissions, cancels, holds, agent
+reports, node and configuration changes), runs `corral.core.cycle.schedule` when something
+changed, and commits the cycle's decisions in guarded groups in one transaction. It sleeps on
+a doorbell (a UDP datagram the API sends after each commit), not on a fixed poll; a timer
+wakes it only for restart backoffs, and a slow fallback re-reads the journal in case a ring
+was lost. When a group's guard fails (another writer got there first) the group is dropped
+and the memory rebuilt from the database, so a second or stale scheduler can never allocate
+a GPU twice or start a job twice.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+from sqlalchemy import select
+
+from corral.core.cycle import schedule
+from corral.core.decisions import CycleResult, Preempt
+from corral.core.model import JobId, NodeName, NodeState
+from corral.core.state import ClusterState
+from corral.policies.registry import load_policy
+from corral.server import metrics
+from corral.server.cluster import get_setting, load_cluster, node_spec_of
+from corral.server.commit import Batch, Ending, ending_of
+from corral.server.doorbell import Bell, Doorbell
+from corral.server.jobs import spec_from_json
+from corral.store import schema
+from corral.store.engine import Engines
+
+log = logging.getLogger("corral.scheduler")
+
+FALLBACK_WAKE = 2.0  # seconds: re-read the journal even without a ring
+REASON_REFRESH = 10.0  # seconds: a reason whose code is unchanged is rewritten at most this often
+JOURNAL_PAGE = 5000
+
+
+class Scheduler:
+    def __init__(self, engines: Engines, policy: str = "default") -> None:
+        self.engines = engines
+        self.profile = load_policy(policy)
+        self.policy = policy
+        self.doorbell = Doorbell("scheduler")
+        self.api_bell = Bell("api", engines.reader)
+        self.stop = threading.Event()
+        self.state: ClusterState | None = None
+        self.last_seq = 0
+        self.own: set[int] = set()
+        self.paused = False
+        self.timers: list[float] = []
+        self.reasons: dict[str, tuple[str, str, float]] = {}
+        self.cycles = 0
+
+    # ---- memory from the database -------------------------------------------------------
+    def reload(self) -> None:
+        """Rebuild the in-memory state from one consistent read of the database."""
+        started = time.perf_counter()
+        conn = self.engines.reader.connect()
+        if not self.engines.is_sqlite:
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        with conn, conn.begin():
+            self.last_seq = (
+                conn.execute(
+                    select(schema.events.c.seq).order_by(schema.events.c.seq.desc()).limit(1)
+                ).scalar()
+                or 0
+            )
+            model = load_cluster(conn)
+            state = model.build_state()
+            self.paused = get_setting(conn, "scheduler.paused", "0") == "1"
+            j, a = schema.jobs, schema.attempts
+            live = conn.execute(
+                select(a.c.job_id, a.c.attempt, a.c.state, a.c.placement, a.c.started_at, a.c.deadline,
+                       a.c.stop_by, a.c.last_checkpoint, j.c.spec)
+                .join(j, j.c.id == a.c.job_id)
+                .where(a.c.state != "ended")
+            ).all()  # fmt: skip
+            for row in live:
+                self._restore_attempt(state, row)
+            pending = conn.execute(
+                select(j.c.spec, j.c.attempt, j.c.held, j.c.not_before)
+                .where(j.c.state == "pending")
+                .order_by(j.c.seq)
+            ).all()
+            for row in pending:
+                job = state.submit(spec_from_json(row.spec), attempts=row.attempt)
+                job.held, job.not_before = bool(row.held), row.not_before
+                if row.not_before > time.time():
+                    heapq.heappush(self.timers, row.not_before)
+        state.plan.commit()
+        self.state = state
+        self.own.clear()
+        log.info(
+            "state loaded in %.0f ms: %d nodes, %d pending, %d live attempts (journal at %d)",
+            (time.perf_counter() - started) * 1000, len(state.specs), len(state.jobs), len(state.running), self.last_seq,
+        )  # fmt: skip
+
+    @staticmethod
+    def _restore_attempt(state: ClusterState, row: Any) -> None:
+        spec = spec_from_json(row.spec)
+        job = state.submit(spec, attempts=row.attempt - 1)
+        state.remove_pending(spec.id)
+        placement = []
+        for replica in json.loads(row.placement):
+            mask = 0
+            for g in replica["gpus"]:
+                mask |= 1 << g
+            placement.append((state.node_ids[NodeName(replica["node"])], mask))
+        state.start(job, placement, row.started_at)
+        if row.last_checkpoint is not None:
+            state.record_checkpoint(spec.id, row.last_checkpoint)
+        if row.state == "stopping":
+            state.mark_preempting(
+                spec.id, row.deadline or row.started_at, JobId(row.stop_by) if row.stop_by else None
+            )
+
+    # ---- the loop -----------------------------------------------------------------------
+    def run(self) -> None:
+        self.doorbell.publish(self.engines.writer)
+        self.reload()
+        self.step(force=True)
+        while not self.stop.is_set():
+            now = time.time()
+            while self.timers and self.timers[0] <= now:
+                heapq.heappop(self.timers)
+            timeout = FALLBACK_WAKE if not self.timers else min(FALLBACK_WAKE, self.timers[0] - now)
+            rung = self.doorbell.wait(timeout)
+            due = bool(self.timers) and self.timers[0] <= time.time()
+            self.step(force=rung or due)
+
+    def step(self, force: bool = False) -> None:
+        """Read the journal, apply it, run a cycle if anything changed, commit the decisions."""
+        assert self.state is not None
+        entries = self._read_journal()
+        endings: list[tuple[str, int, Ending]] = []
+        reload = self._apply(entries, endings)
+        if reload:
+            self.reload()
+            endings = [e for e in endings if e[0] in self.state.running]
+            for job_id, attempt, ending in endings:
+                self._end_in_memory(job_id, attempt, ending)
+        if not entries and not force:
+            return
+        now = time.time()
+        result = None
+        if not self.paused and self.state.jobs:
+            started = time.perf_counter()
+            result = schedule(self.state, self.profile, now)
+            metrics.CYCLE_SECONDS.observe(time.perf_counter() - started)
+            self.cycles += 1
+        changes = self._reason_changes(result, now) if result is not None else []
+        if not endings and not changes and (result is None or not _decided(result)):
+            return
+        batch = self._commit(endings, result, changes, now)
+        self.own.update(batch.own_seqs)
+        if batch.dropped:
+            log.warning(
+                "dropped %d decision groups (%s); rebuilding state", len(batch.dropped), batch.dropped[0]
+            )
+            self.reload()
+        self.api_bell.ring()
+
+    def _read_journal(self) -> list[Any]:
+        e = schema.events
+        with self.engines.reader.connect() as conn:
+            rows = conn.execute(
+                select(e.c.seq, e.c.kind, e.c.job, e.c.body).where(e.c.seq > self.last_seq).order_by(e.c.seq).limit(JOURNAL_PAGE)
+            ).all()  # fmt: skip
+        if rows:
+            self.last_seq = rows[-1].seq
+        out = [r for r in rows if r.seq not in self.own]
+        self.own.difference_update(r.seq for r in rows)
+        return out
+
+    def _apply(self, entries: list[Any], endings: list[tuple[str, int, Ending]]) -> bool:
+        """Bring memory up to date with others' writes; True when a full reload is needed."""
+        state = self.state
+        assert state is not None
+        submits = [r.job for r in entries if r.kind == "submit"]
+        specs = self._load_pending(submits) if submits else {}
+        reports = [json.loads(r.body) for r in entries if r.kind == "x.exit"]
+        stops = self._stop_rows([(b["job"], b["attempt"]) for b in reports]) if reports else {}
+        reload = False
+        for r in entries:
+            kind, job_id = r.kind, JobId(r.job) if r.job else None
+            if kind == "submit" and job_id in specs:
+                if job_id not in state.jobs and job_id not in state.running:
+                    state.submit(specs[job_id])
+            elif kind == "cancel" and job_id in state.jobs:
+                state.remove_pending(job_id)
+            elif kind in ("x.hold", "x.release") and job_id in state.jobs:
+                state.jobs[job_id].held = kind == "x.hold"
+            elif kind == "x.stop":
+                body = json.loads(r.body)
+                attempt = state.running.get(job_id) if job_id else None
+                if attempt is not None and attempt.attempt == body["attempt"] and job_id is not None:
+                    state.mark_preempting(job_id, body["deadline"], None)
+            elif kind == "x.exit":
+                body = json.loads(r.body)
+                row = stops.get((body["job"], body["attempt"]))
+                attempt = state.running.get(JobId(body["job"]))
+                if row is None or attempt is None or attempt.attempt != body["attempt"]:
+                    continue
+                ending = ending_of(row.stop_kind, row.stop_by, body.get("exit_code"), body.get("rank"),
+                                   row.restarts, row.max_restarts)  # fmt: skip
+                endings.append((body["job"], body["attempt"], ending))
+                self._end_in_memory(body["job"], body["attempt"], ending)
+            elif kind == "x.node":
+                reload = reload or self._node_changed(json.loads(r.body))
+            elif kind == "x.config":
+                reload = True
+            elif kind in ("x.pause", "x.resume"):
+                self.paused = kind == "x.pause"
+        return reload
+
+    def _end_in_memory(self, job_id: str, attempt: int, ending: Ending) -> None:
+        state = self.state
+        assert state is not None
+        ended = state.end(JobId(job_id), requeue=ending.requeues, now=time.time())
+        if ending.requeues and ending.not_before:
+            ended.job.not_before = ending.not_before
+            heapq.heappush(self.timers, ending.not_before)
+        metrics.ENDINGS.labels(ending.event, ending.reason.split(" ")[0] if ending.reason else "").inc()
+
+    def _node_changed(self, body: dict[str, Any]) -> bool:
+        state = self.state
+        assert state is not None
+        with self.engines.reader.connect() as conn:
+            row = (
+                conn.execute(select(schema.nodes).where(schema.nodes.c.name == body["node"]))
+                .mappings()
+                .first()
+            )
+        if row is None:
+            return True
+        name = NodeName(row["name"])
+        node = state.node_ids.get(name)
+        if node is None or state.specs[node] != node_spec_of(row):
+            return True
+        state.set_node_state(name, NodeState(row["state"]))
+        unhealthy = {int(g) for g in json.loads(row["unhealthy"])}
+        for gpu in range(state.specs[node].gpus):
+            state.set_gpu_health(name, gpu, gpu not in unhealthy)
+        return False
+
+    def _load_pending(self, ids: list[str]) -> dict[JobId, Any]:
+        j = schema.jobs
+        with self.engines.reader.connect() as conn:
+            rows = conn.execute(select(j.c.id, j.c.spec).where(j.c.id.in_(ids), j.c.state == "pending")).all()
+        return {JobId(r.id): spec_from_json(r.spec) for r in rows}
+
+    def _stop_rows(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], Any]:
+        a, j = schema.attempts, schema.jobs
+        with self.engines.reader.connect() as conn:
+            rows = conn.execute(
+                select(a.c.job_id, a.c.attempt, a.c.stop_kind, a.c.stop_by, j.c.restarts, j.c.request)
+                .join(j, j.c.id == a.c.job_id)
+                .where(a.c.job_id.in_({k[0] for k in keys}), a.c.state != "ended")
+            ).all()
+        out: dict[tuple[str, int], Any] = {}
+        for r in rows:
+            r = _Row(r._asdict())
+            r.max_restarts = json.loads(r.request).get("max_restarts", 3)
+            out[(r.job_id, r.attempt)] = r
+        return out
+
+    # ---- writing decisions --------------------------------------------------------------
+    def _commit(
+        self, endings: list[tuple[str, int, Ending]], result: CycleResult | None,
+        changes: list[tuple[str, str, str, bool]], now: float,
+    ) -> Batch:  # fmt: skip
+        state = self.state
+        assert state is not None
+        with self.engines.writer.begin() as conn:
+            batch = Batch(conn, self.engines.is_sqlite, now)
+            for job_id, attempt, ending in endings:
+                batch.group(f"end {job_id}", batch.end, job_id, attempt, ending)
+            if result is not None:
+                self._decisions(batch, result)
+            batch.reasons(changes)
+        return batch
+
+    def _decisions(self, batch: Batch, result: CycleResult) -> None:
+        state = self.state
+        assert state is not None
+        for r in result.rejections:
+            batch.group(f"reject {r.job}", batch.reject, r.job, r.reason)
+        by: dict[str, list[tuple[Preempt, list[str]]]] = defaultdict(list)
+        for p in result.preemptions:
+            placement = state.running[p.job].placement
+            names = sorted({state.specs[n].name for n, _ in placement})
+            by[p.by].append((p, names))
+        for preemptor, victims in by.items():
+            if batch.group(f"preempt for {preemptor}", batch.preempt, victims):
+                metrics.PREEMPTIONS.labels("preempt").inc(len(victims))
+        if result.starts:
+            extra = self._start_extras([s.job for s in result.starts])
+            for s in result.starts:
+                request, run_as, submitted = extra[s.job]
+                if batch.group(f"start {s.job}", batch.start, s, s.attempt - 1, request, run_as):
+                    metrics.ADMISSION_WAIT.observe(max(0.0, batch.now - submitted))
+
+    def _start_extras(self, ids: list[str]) -> dict[str, tuple[dict[str, Any], str, float]]:
+        j = schema.jobs
+        with self.engines.reader.connect() as conn:
+            rows = conn.execute(
+                select(j.c.id, j.c.request, j.c.run_as, j.c.submit_time).where(j.c.id.in_(ids))
+            ).all()
+        return {r.id: (json.loads(r.request), r.run_as, r.submit_time) for r in rows}
+
+    def _reason_changes(self, result: CycleResult, now: float) -> list[tuple[str, str, str, bool]]:
+        state = self.state
+        assert state is not None
+        changes: list[tuple[str, str, str, bool]] = []
+        known = self.reasons
+        for job_id in list(known):
+            if job_id not in state.jobs:
+                del known[job_id]
+        for job_id, _job in state.jobs.items():
+            reason = result.reason_of(job_id)
+            if reason is None:
+                continue
+            code, message = reason.code.value, reason.message
+            seen = known.get(job_id)
+            if (
+                seen is not None
+                and seen[0] == code
+                and (seen[1] == message or now - seen[2] < REASON_REFRESH)
+            ):
+                continue
+            known[job_id] = (code, message, now)
+            changes.append((job_id, code, message, seen is None or seen[0] != code))
+        return changes
+
+
+class _Row(dict[str, Any]):
+    def __getattr__(self, name: str) -> Any:
+        return self[name]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+
+def _decided(result: CycleResult) -> bool:
+    return bool(result.starts or result.preemptions or result.rejections)
+
+
+def main(url: str, policy: str = "default") -> None:
+    """Entry point of `corral scheduler` (the server starts it as its own process)."""
+    from corral.store.engine import make_engines
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s scheduler %(levelname)s %(message)s")
+    engines = make_engines(url)
+    Scheduler(engines, policy).run()

@@ -1,0 +1,32 @@
+"""`python -m corral.server.scheduler_main`: the scheduler as its own process."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from corral.server.scheduler import main
+
+
+def _parent_watch() -> None:
+    """Exit when the server that started us is gone (its stdin pipe is not used: poll the parent)."""
+    import os
+    import time
+
+    parent = os.getppid()
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="corral-scheduler")
+    parser.add_argument("--database-url", required=True)
+    parser.add_argument("--policy", default="default")
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    threading.Thread(target=_parent_watch, daemon=True).start()
+    main(args.database_url, args.policy)

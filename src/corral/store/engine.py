@@ -1,0 +1,130 @@
+"""Engines for SQLite and PostgreSQL, the migrations, and the journal append both writers share.
+
+SQLite (DESIGN.md 6.4): WAL, `synchronous=NORMAL` (an acknowledged commit survives `kill -9`
+of any process; `--durability full` also survives power loss), foreign keys, a busy timeout,
+and `BEGIN IMMEDIATE` for every write transaction so writers queue for the lock up front
+instead of failing on upgrade. Reads use a separate pool with deferred transactions.
+PostgreSQL: read committed; journal appends take a transaction-scoped advisory lock so that
+`events.seq` order is commit order (a reader tailing by `seq` never skips a late commit).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, insert, select
+
+from corral.store import schema
+
+JOURNAL_LOCK = 73_010_001  # pg_advisory_xact_lock key for journal appends
+BUSY_TIMEOUT_MS = 30_000
+
+
+@dataclass(frozen=True)
+class Engines:
+    """One writer engine (a single connection) and one reader engine, on the same database."""
+
+    url: str
+    writer: Engine
+    reader: Engine
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.url.startswith("sqlite")
+
+    def dispose(self) -> None:
+        self.writer.dispose()
+        self.reader.dispose()
+
+
+def sqlite_url(path: str | Path) -> str:
+    return f"sqlite:///{Path(path).resolve()}"
+
+
+def make_engines(url: str, durability: str = "normal") -> Engines:
+    """Engines for `url` (`sqlite:///PATH` or `postgresql+psycopg://...`), schema not touched."""
+    if url.startswith("sqlite"):
+        if url in ("sqlite://", "sqlite:///:memory:"):
+            raise ValueError("an in-memory SQLite database cannot be shared; give a file path")
+        sync = {"normal": "NORMAL", "full": "FULL"}[durability]
+        writer = create_engine(url, pool_size=1, max_overflow=0)
+        reader = create_engine(url, pool_size=8, max_overflow=8)
+        for engine, immediate in ((writer, True), (reader, False)):
+            _sqlite_hooks(engine, sync, immediate)
+        return Engines(url, writer, reader)
+    if url.startswith("postgresql"):
+        writer = create_engine(url, pool_size=2, max_overflow=2, pool_pre_ping=True)
+        reader = create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+        return Engines(url, writer, reader)
+    raise ValueError(
+        f"unsupported database URL {url.split(':', 1)[0]!r}: use sqlite:///PATH or postgresql+psycopg://..."
+    )
+
+
+def _sqlite_hooks(engine: Engine, synchronous: str, immediate: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def upgrade(engines: Engines) -> None:
+    """Bring the schema to the newest Alembic revision (idempotent; safe at every start)."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    with engines.writer.begin() as conn:
+        if not engines.is_sqlite:
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({JOURNAL_LOCK + 1})")
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+def dumps(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def append_events(
+    conn: Connection, entries: Iterable[Mapping[str, Any]], is_sqlite: bool
+) -> list[dict[str, Any]]:
+    """Append journal entries in one go; assigns `seq` and a `t` that never decreases.
+
+    Each entry is an event of DESIGN.md 4.6 (without `seq`; `t` defaults to now) or an internal
+    `x.` kind. Returns the entries as stored, `seq` and `t` filled in.
+    """
+    rows = [dict(e) for e in entries]
+    if not rows:
+        return rows
+    if not is_sqlite:
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({JOURNAL_LOCK})")
+    last = conn.execute(
+        select(schema.events.c.seq, schema.events.c.t).order_by(schema.events.c.seq.desc()).limit(1)
+    ).first()
+    seq, t_floor = (last[0], last[1]) if last is not None else (0, 0.0)
+    now = time.time()
+    values = []
+    for row in rows:
+        seq += 1
+        t = max(float(row.get("t", now)), t_floor)
+        t_floor = t
+        row["seq"], row["t"] = seq, t
+        body = {"seq": seq, "t": t, **{k: v for k, v in row.items() if k not in ("seq", "t")}}
+        values.append({"seq": seq, "t": t, "kind": row["event"], "job": row.get("job"), "body": dumps(body)})
+    conn.execute(insert(schema.events), values)
+    return rows

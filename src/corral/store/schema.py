@@ -1,0 +1,195 @@
+"""The control plane's tables (SQLAlchemy Core). Alembic revisions under `migrations/` create them.
+
+Rules that live in the schema (DESIGN.md 6.2):
+- `allocations` has a unique index on (node, gpu) over live rows only, so a GPU given twice
+  is a database error in SQLite and PostgreSQL alike, whatever the code above does.
+- `events` is the one ordered journal: the event log of DESIGN.md 4.6 plus internal kinds
+  (prefixed `x.`) that the scheduler tails; `seq` order is commit order (writers serialise).
+- `jobs.version` guards every change to a job: writers update `WHERE version = :seen`.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    text,
+)
+
+metadata = MetaData()
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("id", String(64), nullable=False, unique=True),
+    Column("name", String(200), nullable=False, server_default=""),
+    Column("queue", String(200), nullable=False),
+    Column("user", String(200), nullable=False, server_default=""),
+    Column("team", String(200), nullable=False, server_default=""),
+    Column("run_as", String(200), nullable=False, server_default=""),
+    Column("state", String(16), nullable=False),
+    Column("attempt", Integer, nullable=False, server_default="0"),
+    Column("version", Integer, nullable=False, server_default="1"),
+    Column("held", Boolean, nullable=False, server_default=text("false")),
+    Column("restarts", Integer, nullable=False, server_default="0"),
+    Column("not_before", Float, nullable=False, server_default="0"),
+    Column("submit_time", Float, nullable=False),
+    Column("start_time", Float),
+    Column("end_time", Float),
+    Column("exit_code", Integer),
+    Column("reason_code", String(32), nullable=False, server_default=""),
+    Column("reason", Text, nullable=False, server_default=""),
+    Column("spec", Text, nullable=False),  # the scheduling spec (JobSpec fields), JSON
+    Column("request", Text, nullable=False),  # what the user asked for (command, env, mounts...), JSON
+    Index("ix_jobs_state", "state"),
+    Index("ix_jobs_queue_state", "queue", "state"),
+)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("job_id", String(64), ForeignKey("jobs.id"), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("state", String(16), nullable=False),  # starting, running, stopping, ended
+    Column("placement", Text, nullable=False),
+    Column("master_port", Integer),
+    Column("started_at", Float, nullable=False),
+    Column("ended_at", Float),
+    Column("end_kind", String(16)),  # the ending event: finish, fail, preempt, lost, restart, cancel
+    Column("exit_code", Integer),
+    Column("rank", Integer),
+    Column("stop_kind", String(16)),  # why it is stopping: preempt, cancel, requeue, time_limit, drain
+    Column("stop_by", String(64)),
+    Column("deadline", Float),
+    Column("last_checkpoint", Float),
+    PrimaryKeyConstraint("job_id", "attempt"),
+    Index("ix_attempts_state", "state"),
+)
+
+allocations = Table(
+    "allocations",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(64), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("node", String(200), nullable=False),
+    Column("gpu", Integer, nullable=False),
+    Column("live", Integer),  # 1 while allocated, NULL once released
+    Index(
+        "ux_allocations_live_gpu",
+        "node",
+        "gpu",
+        unique=True,
+        sqlite_where=text("live = 1"),
+        postgresql_where=text("live = 1"),
+    ),
+    Index("ix_allocations_job", "job_id", "attempt"),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("state", String(16), nullable=False),
+    Column("reason", Text, nullable=False, server_default=""),
+    Column("gpus", Integer, nullable=False),
+    Column("gpu_model", String(100), nullable=False, server_default=""),
+    Column("gpu_memory_gib", Float, nullable=False, server_default="0"),
+    Column("cpus", Integer, nullable=False, server_default="0"),
+    Column("memory_gib", Float, nullable=False, server_default="0"),
+    Column("labels", Text, nullable=False, server_default="{}"),
+    Column("nvlink", Text, nullable=False, server_default="[]"),
+    Column("network", Text, nullable=False, server_default="{}"),
+    Column("address", String(200), nullable=False, server_default=""),
+    Column("declared", Boolean, nullable=False, server_default=text("false")),
+    Column("registered", Boolean, nullable=False, server_default=text("false")),
+    Column("incarnation", Integer, nullable=False, server_default="0"),
+    Column("unhealthy", Text, nullable=False, server_default="{}"),  # GPU index -> reason
+    Column("drain_deadline", Float),
+    Column("updated_at", Float, nullable=False, server_default="0"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("t", Float, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("job", String(64)),
+    Column("body", Text, nullable=False),
+    Index("ix_events_job", "job"),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("node", String(200), nullable=False),
+    Column("body", Text, nullable=False),
+    Index("ix_outbox_node_seq", "node", "seq"),
+)
+
+config_revisions = Table(
+    "config_revisions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("created_at", Float, nullable=False),
+    Column("author", String(200), nullable=False),
+    Column("comment", Text, nullable=False, server_default=""),
+    Column("body", Text, nullable=False),  # the cluster file as a JSON document
+)
+
+settings = Table(
+    "settings",
+    metadata,
+    Column("key", String(100), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("hash", String(64), nullable=False, unique=True),
+    Column("name", String(200), nullable=False),
+    Column("role", String(16), nullable=False),  # admin, member, agent
+    Column("team", String(200), nullable=False, server_default=""),
+    Column("node", String(200), nullable=False, server_default=""),
+    Column("run_as", String(200), nullable=False, server_default=""),
+    Column("created_at", Float, nullable=False),
+    Column("created_by", String(200), nullable=False, server_default=""),
+    Column("revoked_at", Float),
+)
+
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("t", Float, nullable=False),
+    Column("principal", String(200), nullable=False),
+    Column("action", String(100), nullable=False),
+    Column("target", String(200), nullable=False, server_default=""),
+    Column("result", String(200), nullable=False),
+    Column("detail", Text, nullable=False, server_default=""),
+)
+
+reasons = Table(
+    "reasons",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(64), nullable=False),
+    Column("t", Float, nullable=False),
+    Column("code", String(32), nullable=False),
+    Column("message", Text, nullable=False),
+    Index("ix_reasons_job", "job_id"),
+)
