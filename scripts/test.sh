@@ -7,6 +7,11 @@ echo "== ruff"; .venv/bin/ruff check src tests bench
 echo "== ruff format"; .venv/bin/ruff format --check src tests bench
 echo "== mypy"; .venv/bin/mypy
 echo "== import-linter"; .venv/bin/lint-imports
+echo "== postgresql (the control plane's tests run on SQLite and on PostgreSQL)"
+if [ -z "${CORRAL_TEST_DATABASE_URL:-}" ]; then
+  eval "$(bash scripts/postgres.sh start)"
+  trap 'bash scripts/postgres.sh stop' EXIT
+fi
 echo "== pytest"
 set +e
 .venv/bin/pytest -q -p no:cacheprovider "$@"
