@@ -13,10 +13,11 @@ from corral.cli.settings import data_dir, default_database_url
 DatabaseUrl = Annotated[
     str | None,
     typer.Option(
-        "--database-url", envvar="CORRAL_DATABASE_URL",
+        "--database-url",
+        envvar="CORRAL_DATABASE_URL",
         help="sqlite:///PATH (default: corral.db in the data directory) or postgresql+psycopg://USER@HOST/DB",
     ),
-]  # fmt: skip
+]
 
 
 @app.command()
@@ -45,11 +46,20 @@ def server(
     directory = data_dir()
     serve(
         ServerOptions(
-            database_url=database_url or default_database_url(directory), host=host, port=port, data_dir=directory,
-            policy=policy, cluster_file=cluster, allow_dynamic_nodes=allow_dynamic_nodes, insecure_http=insecure_http,
-            tls_cert=tls_cert, tls_key=tls_key, scheduler=not no_scheduler, durability=durability,
+            database_url=database_url or default_database_url(directory),
+            host=host,
+            port=port,
+            data_dir=directory,
+            policy=policy,
+            cluster_file=cluster,
+            allow_dynamic_nodes=allow_dynamic_nodes,
+            insecure_http=insecure_http,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            scheduler=not no_scheduler,
+            durability=durability,
         )
-    )  # fmt: skip
+    )
 
 
 @app.command()

@@ -47,11 +47,15 @@ def _queues(ctx: Context, who: Principal) -> list[dict[str, Any]]:
     visible = set(queues_of(model, who))
     j, al = schema.jobs, schema.allocations
     with ctx.engines.reader.connect() as conn:
-        used = dict(conn.execute(
-            select(j.c.queue, func.count()).join(al, and_(al.c.job_id == j.c.id, al.c.attempt == j.c.attempt))
-            .where(al.c.live == 1).group_by(j.c.queue)
-        ).all())  # fmt: skip
-        pending = dict(
+        used: dict[str, int] = dict(
+            conn.execute(
+                select(j.c.queue, func.count())
+                .join(al, and_(al.c.job_id == j.c.id, al.c.attempt == j.c.attempt))
+                .where(al.c.live == 1)
+                .group_by(j.c.queue)
+            ).all()
+        )
+        pending: dict[str, int] = dict(
             conn.execute(
                 select(j.c.queue, func.count()).where(j.c.state == "pending").group_by(j.c.queue)
             ).all()
@@ -63,14 +67,26 @@ def _queues(ctx: Context, who: Principal) -> list[dict[str, Any]]:
         if q.name not in visible:
             continue
         gpus = used.get(q.name, 0)
-        out.append({
-            "name": q.name, "weight": q.weight, "quota": q.quota, "limit": q.limit, "cohort": q.cohort,
-            "lending_limit": q.lending_limit, "teams": list(q.teams), "priorities": list(q.priorities),
-            "default_time_limit": q.default_time_limit, "max_time_limit": q.max_time_limit,
-            "mount_allowlist": list(q.mount_allowlist), "allocated_gpus": gpus, "pending_jobs": pending.get(q.name, 0),
-            "share": round(gpus / total, 4) if total else 0.0, "fair_share": round(q.weight / weights, 4),
-            "over_quota": max(0, gpus - q.quota),
-        })  # fmt: skip
+        out.append(
+            {
+                "name": q.name,
+                "weight": q.weight,
+                "quota": q.quota,
+                "limit": q.limit,
+                "cohort": q.cohort,
+                "lending_limit": q.lending_limit,
+                "teams": list(q.teams),
+                "priorities": list(q.priorities),
+                "default_time_limit": q.default_time_limit,
+                "max_time_limit": q.max_time_limit,
+                "mount_allowlist": list(q.mount_allowlist),
+                "allocated_gpus": gpus,
+                "pending_jobs": pending.get(q.name, 0),
+                "share": round(gpus / total, 4) if total else 0.0,
+                "fair_share": round(q.weight / weights, 4),
+                "over_quota": max(0, gpus - q.quota),
+            }
+        )
     return out
 
 
@@ -300,7 +316,7 @@ def _pause(ctx: Context, paused: bool, who: Principal, conn: Connection) -> dict
 
 @router.post("/admin/{verb}", tags=["admin"])
 async def admin_verb(request: Request, verb: str, body: dict[str, Any] | None = Body(None)) -> Response:
-    """`pause` (decisions frozen, running jobs untouched), `resume`, `backup` ({"path": ...} on the server)."""
+    """`pause` (decisions frozen, running jobs untouched), `resume`, `backup` (`{"path": ...}`)."""
     ctx, who = _ctx(request), _who(request)
     _admin(who, verb)
     if verb in ("pause", "resume"):

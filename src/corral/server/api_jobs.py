@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,8 +26,18 @@ router = APIRouter(tags=["jobs"])
 
 STATES = ("pending", "starting", "running", "stopping", "finished", "failed", "cancelled", "rejected")
 PUBLIC_EVENTS = (
-    "cluster", "submit", "start", "preempting", "preempt", "lost", "restart", "finish", "fail", "cancel", "reject",
-)  # fmt: skip
+    "cluster",
+    "submit",
+    "start",
+    "preempting",
+    "preempt",
+    "lost",
+    "restart",
+    "finish",
+    "fail",
+    "cancel",
+    "reject",
+)
 
 
 def _ctx(request: Request) -> Context:
@@ -61,10 +72,24 @@ async def submit(
     job_id = await ctx.write(lambda conn: insert_job(conn, prepared, ctx.engines.is_sqlite))
     metrics.SUBMISSIONS.labels("201").inc()
     row = SimpleNamespace(
-        id=job_id, name=prepared.spec.name, state="pending", queue=prepared.spec.queue, user=prepared.spec.user,
-        team=prepared.team, attempt=0, reason="", reason_code="", held=False, restarts=0, submit_time=now,
-        start_time=None, end_time=None, exit_code=None, spec=spec_json(prepared.spec), request=json.dumps(prepared.request),
-    )  # fmt: skip
+        id=job_id,
+        name=prepared.spec.name,
+        state="pending",
+        queue=prepared.spec.queue,
+        user=prepared.spec.user,
+        team=prepared.team,
+        attempt=0,
+        reason="",
+        reason_code="",
+        held=False,
+        restarts=0,
+        submit_time=now,
+        start_time=None,
+        end_time=None,
+        exit_code=None,
+        spec=spec_json(prepared.spec),
+        request=json.dumps(prepared.request),
+    )
     out = job_json(row)
     out["id"] = job_id
     return json_response(out, 201)
@@ -75,7 +100,7 @@ def _visible(who: Principal) -> Any:
     return None if who.is_admin else (j.c.team == who.team)
 
 
-def _placements(conn: Connection, rows: list[Any]) -> dict[tuple[str, int], list[dict[str, Any]]]:
+def _placements(conn: Connection, rows: Sequence[Any]) -> dict[tuple[str, int], list[dict[str, Any]]]:
     a = schema.attempts
     keys = [(r.id, r.attempt) for r in rows if r.state in LIVE_STATES]
     if not keys:
@@ -96,7 +121,7 @@ def _list(
     user: str | None,
     limit: int,
     after: int,
-):
+) -> list[dict[str, Any]]:
     j = schema.jobs
     q = select(j).where(j.c.seq > after).order_by(j.c.seq).limit(limit)
     vis = _visible(who)
@@ -161,9 +186,12 @@ def _history(ctx: Context, who: Principal, job_id: str) -> dict[str, Any]:
     _get(ctx, who, job_id)
     e, r = schema.events, schema.reasons
     with ctx.engines.reader.connect() as conn:
-        events = [json.loads(x.body) for x in conn.execute(
-            select(e.c.body).where(e.c.job == job_id, e.c.kind.in_(PUBLIC_EVENTS)).order_by(e.c.seq)
-        )]  # fmt: skip
+        events = [
+            json.loads(x.body)
+            for x in conn.execute(
+                select(e.c.body).where(e.c.job == job_id, e.c.kind.in_(PUBLIC_EVENTS)).order_by(e.c.seq)
+            )
+        ]
         reasons = [
             {"t": x.t, "code": x.code, "message": x.message}
             for x in conn.execute(select(r).where(r.c.job_id == job_id).order_by(r.c.id))
@@ -191,8 +219,11 @@ def _change(ctx: Context, who: Principal, job_id: str, action: str, conn: Connec
     guard = (j.c.id == job_id, j.c.version == row.version)
     if action in ("hold", "release"):
         if state != "pending":
-            raise ApiError(409, f"job {job_id} is {state}; only a pending job can be {action}ed",
-                           fix="`corral requeue` a running job first" if action == "hold" else "")  # fmt: skip
+            raise ApiError(
+                409,
+                f"job {job_id} is {state}; only a pending job can be {action}ed",
+                fix="`corral requeue` a running job first" if action == "hold" else "",
+            )
         conn.execute(update(j).where(*guard).values(held=action == "hold", version=j.c.version + 1))
         ctx.journal(conn, [{"event": f"x.{action}", "job": job_id, "by": who.name}])
     elif action == "cancel" and state == "pending":
@@ -218,8 +249,14 @@ def _change(ctx: Context, who: Principal, job_id: str, action: str, conn: Connec
             select(a.c.placement).where(a.c.job_id == job_id, a.c.attempt == row.attempt)
         ).scalar_one()
         for node in sorted({p["node"] for p in json.loads(placement)}):
-            conn.execute(schema.outbox.insert().values(node=node, body=dumps(
-                {"kind": "stop", "job": job_id, "attempt": row.attempt, "grace": grace, "why": kind})))  # fmt: skip
+            conn.execute(
+                schema.outbox.insert().values(
+                    node=node,
+                    body=dumps(
+                        {"kind": "stop", "job": job_id, "attempt": row.attempt, "grace": grace, "why": kind}
+                    ),
+                )
+            )
         ctx.journal(
             conn,
             [{"event": "x.stop", "job": job_id, "attempt": row.attempt, "deadline": deadline, "kind": kind}],

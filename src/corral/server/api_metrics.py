@@ -26,10 +26,13 @@ class ClusterCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         j, n, al = schema.jobs, schema.nodes, schema.allocations
         with self.ctx.engines.reader.connect() as conn:
-            by_state = conn.execute(select(j.c.queue, j.c.state, func.count()).where(
-                j.c.state.in_(("pending", "starting", "running", "stopping"))).group_by(j.c.queue, j.c.state)).all()  # fmt: skip
+            by_state = conn.execute(
+                select(j.c.queue, j.c.state, func.count())
+                .where(j.c.state.in_(("pending", "starting", "running", "stopping")))
+                .group_by(j.c.queue, j.c.state)
+            ).all()
             nodes = conn.execute(select(n.c.name, n.c.state, n.c.gpus, n.c.unhealthy)).all()
-            used = dict(
+            used: dict[str, int] = dict(
                 conn.execute(select(al.c.node, func.count()).where(al.c.live == 1).group_by(al.c.node)).all()
             )
         pending = GaugeMetricFamily("corral_pending_jobs", "Jobs waiting, by queue", labels=["queue"])
@@ -66,7 +69,7 @@ class ClusterCollector(Collector):
 def render(ctx: Context) -> tuple[bytes, str]:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
-        MultiProcessCollector(registry)
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         body = generate_latest(registry)
     else:
         body = generate_latest(REGISTRY)

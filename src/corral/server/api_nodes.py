@@ -47,7 +47,7 @@ def _nodes(ctx: Context) -> list[dict[str, Any]]:
     n, al = schema.nodes, schema.allocations
     now = time.monotonic()
     with ctx.engines.reader.connect() as conn:
-        used = dict(
+        used: dict[str, int] = dict(
             conn.execute(select(al.c.node, func.count()).where(al.c.live == 1).group_by(al.c.node)).all()
         )
         rows = conn.execute(select(n).order_by(n.c.name)).mappings().all()
@@ -56,14 +56,25 @@ def _nodes(ctx: Context) -> list[dict[str, Any]]:
         seen = ctx.heartbeats.get(row["name"])
         unhealthy = json.loads(row["unhealthy"])
         allocated = used.get(row["name"], 0)
-        out.append({
-            "name": row["name"], "state": row["state"], "reason": row["reason"], "gpus": row["gpus"],
-            "gpu_model": row["gpu_model"], "allocated": allocated, "unhealthy": unhealthy,
-            "free": max(0, row["gpus"] - allocated - len(unhealthy)) if row["state"] == "up" else 0,
-            "labels": json.loads(row["labels"]), "address": row["address"], "declared": bool(row["declared"]),
-            "registered": bool(row["registered"]), "incarnation": row["incarnation"],
-            "heartbeat_age_s": round(now - seen, 3) if seen is not None else None, "drain_deadline": row["drain_deadline"],
-        })  # fmt: skip
+        out.append(
+            {
+                "name": row["name"],
+                "state": row["state"],
+                "reason": row["reason"],
+                "gpus": row["gpus"],
+                "gpu_model": row["gpu_model"],
+                "allocated": allocated,
+                "unhealthy": unhealthy,
+                "free": max(0, row["gpus"] - allocated - len(unhealthy)) if row["state"] == "up" else 0,
+                "labels": json.loads(row["labels"]),
+                "address": row["address"],
+                "declared": bool(row["declared"]),
+                "registered": bool(row["registered"]),
+                "incarnation": row["incarnation"],
+                "heartbeat_age_s": round(now - seen, 3) if seen is not None else None,
+                "drain_deadline": row["drain_deadline"],
+            }
+        )
     return out
 
 
@@ -81,7 +92,7 @@ def _set_state(
     deadline: float | None,
     reason: str,
     conn: Connection,
-):
+) -> dict[str, Any]:
     n = schema.nodes
     row = conn.execute(select(n).where(n.c.name == name)).mappings().first()
     if row is None:
@@ -118,18 +129,33 @@ def _drain_attempts(ctx: Context, conn: Connection, node: str, deadline: float, 
         grace = json.loads(r.request)["checkpoint"]["grace"]
         stop_at = now + deadline
         conn.execute(
-            update(a).where(a.c.job_id == r.job_id, a.c.attempt == r.attempt, a.c.state.in_(("starting", "running")))
-            .values(state="stopping", stop_kind="requeue", stop_by=f"drain of {node}", deadline=stop_at + grace)
-        )  # fmt: skip
+            update(a)
+            .where(a.c.job_id == r.job_id, a.c.attempt == r.attempt, a.c.state.in_(("starting", "running")))
+            .values(
+                state="stopping", stop_kind="requeue", stop_by=f"drain of {node}", deadline=stop_at + grace
+            )
+        )
         conn.execute(
             update(j)
             .where(j.c.id == r.job_id, j.c.attempt == r.attempt)
             .values(state="stopping", version=j.c.version + 1)
         )
         for target in sorted({p["node"] for p in json.loads(r.placement)}):
-            conn.execute(schema.outbox.insert().values(node=target, body=dumps(
-                {"kind": "stop", "job": r.job_id, "attempt": r.attempt, "grace": grace, "signal_in": deadline,
-                 "why": "drain"})))  # fmt: skip
+            conn.execute(
+                schema.outbox.insert().values(
+                    node=target,
+                    body=dumps(
+                        {
+                            "kind": "stop",
+                            "job": r.job_id,
+                            "attempt": r.attempt,
+                            "grace": grace,
+                            "signal_in": deadline,
+                            "why": "drain",
+                        }
+                    ),
+                )
+            )
         ctx.journal(
             conn, [{"event": "x.stop", "job": r.job_id, "attempt": r.attempt, "deadline": stop_at + grace}]
         )
@@ -142,12 +168,12 @@ class NodeChange(BaseModel):
 
 @router.post("/nodes/{name}/{action}", tags=["nodes"])
 async def change_node(request: Request, name: str, action: str, body: NodeChange | None = None) -> Response:
-    """`cordon` (no new work), `drain` (no new work; jobs checkpointed and requeued by the deadline), `undrain`."""
+    """`cordon` (no new work), `drain` (jobs checkpointed and requeued by the deadline), `undrain`."""
     if action not in ("cordon", "drain", "undrain"):
         raise ApiError(404, f"no action {action!r} on nodes", fix="use cordon, drain or undrain")
     ctx, who = _ctx(request), _who(request)
     _admin(who, f"{action} a node")
-    body = body or NodeChange()
+    body = body or NodeChange(deadline=None)
     out = await ctx.write(lambda conn: _set_state(ctx, who, name, action, body.deadline, body.reason, conn))
     ctx.invalidate_model()
     return json_response(out)
@@ -184,19 +210,32 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
             raise ApiError(403, "this join token is already bound to another node")
         ctx.tokens.forget(who.token_id)
     spec = NodeSpec(
-        name=reg.node, gpus=reg.gpus, gpu_model=normalise_gpu_model(reg.gpu_model) if reg.gpu_model else "",  # type: ignore[arg-type]
-        gpu_memory_gib=reg.gpu_memory_gib, cpus=reg.cpus, memory_gib=reg.memory_gib, labels=reg.labels,
-        nvlink=tuple(tuple(g) for g in reg.nvlink), address=reg.address, network=reg.network,
-    )  # fmt: skip
+        name=reg.node,
+        gpus=reg.gpus,
+        gpu_model=normalise_gpu_model(reg.gpu_model) if reg.gpu_model else "",  # type: ignore[arg-type]
+        gpu_memory_gib=reg.gpu_memory_gib,
+        cpus=reg.cpus,
+        memory_gib=reg.memory_gib,
+        labels=reg.labels,
+        nvlink=tuple(tuple(g) for g in reg.nvlink),
+        address=reg.address,
+        network=reg.network,
+    )
     row = conn.execute(select(n).where(n.c.name == reg.node)).mappings().first()
     now = time.time()
     state, reason = NodeState.UP, ""
     if row is None:
         if not ctx.allow_dynamic_nodes:
-            raise ApiError(403, f"node {reg.node} is not declared in the cluster configuration",
-                           fix="declare it in the cluster file (or start the server with --allow-dynamic-nodes)")  # fmt: skip
-        conn.execute(schema.nodes.insert().values(name=reg.node, state="up", registered=True, incarnation=1,
-                                                  updated_at=now, **node_values(spec)))  # fmt: skip
+            raise ApiError(
+                403,
+                f"node {reg.node} is not declared in the cluster configuration",
+                fix="declare it in the cluster file (or start the server with --allow-dynamic-nodes)",
+            )
+        conn.execute(
+            schema.nodes.insert().values(
+                name=reg.node, state="up", registered=True, incarnation=1, updated_at=now, **node_values(spec)
+            )
+        )
         incarnation = 1
     else:
         incarnation = row["incarnation"] + 1
@@ -209,8 +248,10 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
         }
         if row["declared"] and (declared.gpus, declared.gpu_model) != (spec.gpus, spec.gpu_model):
             state = NodeState.DRAINING
-            reason = (f"inventory mismatch: declared {declared.gpus} x {declared.gpu_model or 'GPU'}, "
-                      f"agent found {spec.gpus} x {spec.gpu_model or 'GPU'}")  # fmt: skip
+            reason = (
+                f"inventory mismatch: declared {declared.gpus} x {declared.gpu_model or 'GPU'}, "
+                f"agent found {spec.gpus} x {spec.gpu_model or 'GPU'}"
+            )
         elif not row["declared"]:
             values.update(node_values(spec))
         if row["state"] in ("cordoned", "draining") and state is NodeState.UP:
@@ -219,8 +260,13 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
     ctx.journal(
         conn, [{"event": "x.node", "node": reg.node, "state": state.value, "incarnation": incarnation}]
     )
-    return {"node": reg.node, "incarnation": incarnation, "state": state.value, "reason": reason,
-            "heartbeat_interval_s": HEARTBEAT_INTERVAL}  # fmt: skip
+    return {
+        "node": reg.node,
+        "incarnation": incarnation,
+        "state": state.value,
+        "reason": reason,
+        "heartbeat_interval_s": HEARTBEAT_INTERVAL,
+    }
 
 
 @router.post("/agents/register", tags=["agents"])
@@ -250,8 +296,11 @@ def _incarnation(ctx: Context, node: str, incarnation: int) -> None:
             raise ApiError(404, f"no node {node}", fix="register first")
         ctx.incarnations[node] = known
     if incarnation != known:
-        raise ApiError(409, f"stale incarnation {incarnation} of node {node} (current: {known})",
-                       fix="the agent must register again")  # fmt: skip
+        raise ApiError(
+            409,
+            f"stale incarnation {incarnation} of node {node} (current: {known})",
+            fix="the agent must register again",
+        )
 
 
 @router.post("/agents/{node}/heartbeat", tags=["agents"])
@@ -314,11 +363,25 @@ def _report(ctx: Context, node: str, rep: Report, conn: Connection) -> dict[str,
             .where(a.c.job_id == rep.job, a.c.attempt == rep.attempt, a.c.state == "starting")
             .values(state="running")
         )
-        conn.execute(update(j).where(j.c.id == rep.job, j.c.attempt == rep.attempt, j.c.state == "starting")
-                     .values(state="running", version=j.c.version + 1))  # fmt: skip
+        conn.execute(
+            update(j)
+            .where(j.c.id == rep.job, j.c.attempt == rep.attempt, j.c.state == "starting")
+            .values(state="running", version=j.c.version + 1)
+        )
     elif rep.status == "exited":
-        ctx.journal(conn, [{"event": "x.exit", "job": rep.job, "attempt": rep.attempt, "node": node,
-                            "exit_code": rep.exit_code, "rank": rep.rank}])  # fmt: skip
+        ctx.journal(
+            conn,
+            [
+                {
+                    "event": "x.exit",
+                    "job": rep.job,
+                    "attempt": rep.attempt,
+                    "node": node,
+                    "exit_code": rep.exit_code,
+                    "rank": rep.rank,
+                }
+            ],
+        )
     else:
         raise ApiError(422, f"unknown status {rep.status!r}", fix="use running or exited")
     return {"ok": True}

@@ -57,10 +57,17 @@ def create_token(
     token_id, token = new_token()
     conn.execute(
         insert(schema.tokens).values(
-            id=token_id, hash=digest(token), name=name, role=role, team=team, node=node, run_as=run_as,
-            created_at=time.time(), created_by=by,
+            id=token_id,
+            hash=digest(token),
+            name=name,
+            role=role,
+            team=team,
+            node=node,
+            run_as=run_as,
+            created_at=time.time(),
+            created_by=by,
         )
-    )  # fmt: skip
+    )
     return token_id, token
 
 

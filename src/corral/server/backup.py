@@ -35,8 +35,10 @@ def backup(engines: Engines, path: str) -> dict[str, Any]:
             raise ApiError(500, "pg_dump is not installed on the server", fix="install postgresql-client")
         proc = subprocess.run(
             ["pg_dump", "--format=custom", "--file", str(target), url.render_as_string(hide_password=False)],
-            capture_output=True, text=True, timeout=3600,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
         if proc.returncode != 0:
             raise ApiError(500, f"pg_dump failed: {proc.stderr.strip()}")
     return {

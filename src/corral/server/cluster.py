@@ -62,7 +62,7 @@ class ClusterModel:
         return self.config.queues[0].name
 
 
-def node_spec_of(row: Mapping[str, Any]) -> NodeSpec:
+def node_spec_of(row: Mapping[str, Any] | Any) -> NodeSpec:
     nvlink = tuple(tuple(g) for g in json.loads(row["nvlink"]))
     return NodeSpec(
         name=NodeName(row["name"]),
@@ -137,8 +137,12 @@ def apply_revision(conn: Connection, body: dict[str, Any], author: str, comment:
         else:
             conn.execute(
                 insert(schema.nodes).values(
-                    name=spec.name, state=NodeState.DOWN.value, reason=WAITING_FOR_AGENT, declared=True,
-                    updated_at=now, **values,
+                    name=spec.name,
+                    state=NodeState.DOWN.value,
+                    reason=WAITING_FOR_AGENT,
+                    declared=True,
+                    updated_at=now,
+                    **values,
                 )
-            )  # fmt: skip
+            )
     return rev_id

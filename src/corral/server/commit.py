@@ -73,12 +73,18 @@ class Batch:
             raise GuardFailed(f"start {s.job}: a node of its placement is no longer up")
         changed = conn.execute(
             update(j)
-            .where(j.c.id == s.job, j.c.state == "pending", j.c.held.is_(False), j.c.attempt == previous_attempt)
+            .where(
+                j.c.id == s.job, j.c.state == "pending", j.c.held.is_(False), j.c.attempt == previous_attempt
+            )
             .values(
-                state="starting", attempt=s.attempt, version=j.c.version + 1, reason="", reason_code="",
+                state="starting",
+                attempt=s.attempt,
+                version=j.c.version + 1,
+                reason="",
+                reason_code="",
                 start_time=self.now if previous_attempt == 0 else j.c.start_time,
             )
-        ).rowcount  # fmt: skip
+        ).rowcount
         if changed != 1:
             raise GuardFailed(f"start {s.job}: the job is no longer pending at attempt {previous_attempt}")
         placement = placement_json(s)
@@ -118,11 +124,17 @@ class Batch:
             self._stop(p.job, p.attempt, "preempt", p.by, p.deadline, nodes)
         self.events(
             [
-                {"event": "preempting", "t": self.now, "job": p.job, "attempt": p.attempt, "by": p.by,
-                 "deadline": p.deadline}
+                {
+                    "event": "preempting",
+                    "t": self.now,
+                    "job": p.job,
+                    "attempt": p.attempt,
+                    "by": p.by,
+                    "deadline": p.deadline,
+                }
                 for p, _ in victims
             ]
-        )  # fmt: skip
+        )
 
     def _stop(
         self, job: str, attempt: int, kind: str, by: str | None, deadline: float, nodes: list[str]
@@ -150,9 +162,14 @@ class Batch:
         changed = self.conn.execute(
             update(j)
             .where(j.c.id == job, j.c.state == "pending")
-            .values(state="rejected", reason=reason, reason_code="never_fits", end_time=self.now,
-                    version=j.c.version + 1)
-        ).rowcount  # fmt: skip
+            .values(
+                state="rejected",
+                reason=reason,
+                reason_code="never_fits",
+                end_time=self.now,
+                version=j.c.version + 1,
+            )
+        ).rowcount
         if changed != 1:
             raise GuardFailed(f"reject {job}: no longer pending")
         self.events([{"event": "reject", "t": self.now, "job": job, "reason": reason}])
@@ -183,9 +200,14 @@ class Batch:
         changed = self.conn.execute(
             update(a)
             .where(a.c.job_id == job, a.c.attempt == attempt, a.c.state != "ended")
-            .values(state="ended", ended_at=self.now, end_kind=outcome.event, exit_code=outcome.exit_code,
-                    rank=outcome.rank)
-        ).rowcount  # fmt: skip
+            .values(
+                state="ended",
+                ended_at=self.now,
+                end_kind=outcome.event,
+                exit_code=outcome.exit_code,
+                rank=outcome.rank,
+            )
+        ).rowcount
         if changed != 1:
             raise GuardFailed(f"end {job}: attempt {attempt} already ended")
         self.conn.execute(
@@ -220,9 +242,14 @@ class Ending:
     __slots__ = ("event", "exit_code", "not_before", "rank", "reason", "state")
 
     def __init__(
-        self, event: str, state: str, reason: str = "", exit_code: int | None = None, rank: int | None = None,
+        self,
+        event: str,
+        state: str,
+        reason: str = "",
+        exit_code: int | None = None,
+        rank: int | None = None,
         not_before: float = 0.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.event, self.state, self.reason = event, state, reason
         self.exit_code, self.rank, self.not_before = exit_code, rank, not_before
 
@@ -232,9 +259,14 @@ class Ending:
 
 
 def ending_of(
-    stop_kind: str | None, stop_by: str | None, exit_code: int | None, rank: int | None,
-    restarts: int, max_restarts: int, now: float | None = None,
-) -> Ending:  # fmt: skip
+    stop_kind: str | None,
+    stop_by: str | None,
+    exit_code: int | None,
+    rank: int | None,
+    restarts: int,
+    max_restarts: int,
+    now: float | None = None,
+) -> Ending:
     """DESIGN.md 4.4 and 5: an exit after a stop order never counts against `max_restarts`."""
     now = time.time() if now is None else now
     if stop_kind == "preempt":

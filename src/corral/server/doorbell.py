@@ -26,7 +26,8 @@ class Doorbell:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((host, 0))
         self.sock.setblocking(False)
-        self.address = "%s:%d" % self.sock.getsockname()
+        host, port = self.sock.getsockname()
+        self.address = f"{host}:{port}"
 
     def publish(self, writer: Engine) -> None:
         with writer.begin() as conn:

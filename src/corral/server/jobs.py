@@ -58,15 +58,20 @@ def prepare(model: ClusterModel, static: ClusterState, body: object, who: Princi
         raise ApiError(
             422,
             "job spec: command: a job needs a command",
-            fix='give the argv as a list, e.g. command: ["python", "train.py"], or after `--` on the command line',
+            fix='give the argv as a list, e.g. command: ["python", "train.py"], or after `--` on the CLI',
         )
     allowed = queues_of(model, who)
     default_queue = allowed[0] if allowed else model.default_queue
     try:
         spec = to_job_spec(
-            request, job_id="new", seq=0, submit_time=now, cluster=model.config, default_queue=default_queue,
+            request,
+            job_id="new",
+            seq=0,
+            submit_time=now,
+            cluster=model.config,
+            default_queue=default_queue,
             user=who.name,
-        )  # fmt: skip
+        )
     except ConfigError as exc:
         raise ApiError(422, str(exc)) from None
     if spec.queue not in allowed:
@@ -119,22 +124,39 @@ def insert_job(conn: Connection, prepared: Prepared, is_sqlite: bool) -> str:
     spec = replace(prepared.spec, id=JobId(job_id), seq=seq)
     conn.execute(
         insert(schema.jobs).values(
-            seq=seq, id=job_id, name=spec.name, queue=spec.queue, user=spec.user, team=prepared.team,
-            run_as=prepared.run_as, state="pending", submit_time=spec.submit_time, spec=spec_json(spec),
+            seq=seq,
+            id=job_id,
+            name=spec.name,
+            queue=spec.queue,
+            user=spec.user,
+            team=prepared.team,
+            run_as=prepared.run_as,
+            state="pending",
+            submit_time=spec.submit_time,
+            spec=spec_json(spec),
             request=dumps(prepared.request),
         )
-    )  # fmt: skip
+    )
     append_events(conn, [submit_event(spec)], is_sqlite)
     return job_id
 
 
 def submit_event(spec: JobSpec) -> dict[str, Any]:
     return {
-        "event": "submit", "t": spec.submit_time, "job": spec.id, "queue": spec.queue, "replicas": spec.replicas,
-        "gpus_per_replica": spec.gpus_per_replica, "priority": spec.priority, "priority_class": spec.priority_class,
-        "gpu_model": list(spec.gpu_model), "topology": {"pack": spec.topology.pack, "required": spec.topology.required},
-        "time_limit": spec.time_limit, "preemptible": spec.preemptible, "user": spec.user,
-    }  # fmt: skip
+        "event": "submit",
+        "t": spec.submit_time,
+        "job": spec.id,
+        "queue": spec.queue,
+        "replicas": spec.replicas,
+        "gpus_per_replica": spec.gpus_per_replica,
+        "priority": spec.priority,
+        "priority_class": spec.priority_class,
+        "gpu_model": list(spec.gpu_model),
+        "topology": {"pack": spec.topology.pack, "required": spec.topology.required},
+        "time_limit": spec.time_limit,
+        "preemptible": spec.preemptible,
+        "user": spec.user,
+    }
 
 
 def job_json(row: Any, placement: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -142,13 +164,32 @@ def job_json(row: Any, placement: list[dict[str, Any]] | None = None) -> dict[st
     spec = json.loads(row.spec)
     request = json.loads(row.request)
     return {
-        "id": row.id, "name": row.name, "state": row.state, "queue": row.queue, "user": row.user,
-        "team": row.team, "attempt": row.attempt, "placement": placement or [],
-        "reason": row.reason, "reason_code": row.reason_code, "held": bool(row.held),
-        "priority_class": spec["priority_class"], "priority": spec["priority"], "replicas": spec["replicas"],
-        "gpus_per_replica": spec["gpus_per_replica"], "gpus": spec["replicas"] * spec["gpus_per_replica"],
-        "time_limit": spec["time_limit"], "preemptible": spec["preemptible"], "launch": spec["launch"],
-        "gpu_model": spec["gpu_model"], "topology": spec["topology"], "restarts": row.restarts,
-        "submit_time": row.submit_time, "start_time": row.start_time, "end_time": row.end_time,
-        "exit_code": row.exit_code, "command": request["command"], "max_restarts": request["max_restarts"],
-    }  # fmt: skip
+        "id": row.id,
+        "name": row.name,
+        "state": row.state,
+        "queue": row.queue,
+        "user": row.user,
+        "team": row.team,
+        "attempt": row.attempt,
+        "placement": placement or [],
+        "reason": row.reason,
+        "reason_code": row.reason_code,
+        "held": bool(row.held),
+        "priority_class": spec["priority_class"],
+        "priority": spec["priority"],
+        "replicas": spec["replicas"],
+        "gpus_per_replica": spec["gpus_per_replica"],
+        "gpus": spec["replicas"] * spec["gpus_per_replica"],
+        "time_limit": spec["time_limit"],
+        "preemptible": spec["preemptible"],
+        "launch": spec["launch"],
+        "gpu_model": spec["gpu_model"],
+        "topology": spec["topology"],
+        "restarts": row.restarts,
+        "submit_time": row.submit_time,
+        "start_time": row.start_time,
+        "end_time": row.end_time,
+        "exit_code": row.exit_code,
+        "command": request["command"],
+        "max_restarts": request["max_restarts"],
+    }

@@ -126,9 +126,14 @@ def serve(opts: ServerOptions) -> None:
     ctx = Context(engines, allow_dynamic_nodes=opts.allow_dynamic_nodes)
     app = create_app(ctx)
     config = uvicorn.Config(
-        app, host=opts.host, port=opts.port, log_level=opts.log_level, access_log=False,
-        ssl_certfile=str(opts.tls_cert) if opts.tls_cert else None, ssl_keyfile=str(opts.tls_key) if opts.tls_key else None,
-    )  # fmt: skip
+        app,
+        host=opts.host,
+        port=opts.port,
+        log_level=opts.log_level,
+        access_log=False,
+        ssl_certfile=str(opts.tls_cert) if opts.tls_cert else None,
+        ssl_keyfile=str(opts.tls_key) if opts.tls_key else None,
+    )
     server = uvicorn.Server(config)
     try:
         server.run()

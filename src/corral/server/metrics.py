@@ -19,7 +19,8 @@ ADMISSION_WAIT = Histogram(
 )
 PREEMPTIONS = Counter("corral_preemptions_total", "Attempts told to stop for another job", ["reason"])
 ENDINGS = Counter(
-    "corral_attempt_endings_total", "Attempts ended, by ending event (finish, fail, restart, ...) and reason",
+    "corral_attempt_endings_total",
+    "Attempts ended, by ending event (finish, fail, restart, ...) and reason",
     ["event", "reason"],
-)  # fmt: skip
+)
 SUBMISSIONS = Counter("corral_submissions_total", "Submissions answered, by HTTP status", ["status"])

@@ -78,13 +78,22 @@ class Scheduler:
             self.paused = get_setting(conn, "scheduler.paused", "0") == "1"
             j, a = schema.jobs, schema.attempts
             live = conn.execute(
-                select(a.c.job_id, a.c.attempt, a.c.state, a.c.placement, a.c.started_at, a.c.deadline,
-                       a.c.stop_by, a.c.last_checkpoint, j.c.spec)
+                select(
+                    a.c.job_id,
+                    a.c.attempt,
+                    a.c.state,
+                    a.c.placement,
+                    a.c.started_at,
+                    a.c.deadline,
+                    a.c.stop_by,
+                    a.c.last_checkpoint,
+                    j.c.spec,
+                )
                 .join(j, j.c.id == a.c.job_id)
                 .where(a.c.state != "ended")
-            ).all()  # fmt: skip
-            for row in live:
-                self._restore_attempt(state, row)
+            ).all()
+            for attempt in live:
+                self._restore_attempt(state, attempt)
             pending = conn.execute(
                 select(j.c.spec, j.c.attempt, j.c.held, j.c.not_before)
                 .where(j.c.state == "pending")
@@ -100,8 +109,12 @@ class Scheduler:
         self.own.clear()
         log.info(
             "state loaded in %.0f ms: %d nodes, %d pending, %d live attempts (journal at %d)",
-            (time.perf_counter() - started) * 1000, len(state.specs), len(state.jobs), len(state.running), self.last_seq,
-        )  # fmt: skip
+            (time.perf_counter() - started) * 1000,
+            len(state.specs),
+            len(state.jobs),
+            len(state.running),
+            self.last_seq,
+        )
 
     @staticmethod
     def _restore_attempt(state: ClusterState, row: Any) -> None:
@@ -172,8 +185,11 @@ class Scheduler:
         e = schema.events
         with self.engines.reader.connect() as conn:
             rows = conn.execute(
-                select(e.c.seq, e.c.kind, e.c.job, e.c.body).where(e.c.seq > self.last_seq).order_by(e.c.seq).limit(JOURNAL_PAGE)
-            ).all()  # fmt: skip
+                select(e.c.seq, e.c.kind, e.c.job, e.c.body)
+                .where(e.c.seq > self.last_seq)
+                .order_by(e.c.seq)
+                .limit(JOURNAL_PAGE)
+            ).all()
         if rows:
             self.last_seq = rows[-1].seq
         out = [r for r in rows if r.seq not in self.own]
@@ -209,8 +225,14 @@ class Scheduler:
                 attempt = state.running.get(JobId(body["job"]))
                 if row is None or attempt is None or attempt.attempt != body["attempt"]:
                     continue
-                ending = ending_of(row.stop_kind, row.stop_by, body.get("exit_code"), body.get("rank"),
-                                   row.restarts, row.max_restarts)  # fmt: skip
+                ending = ending_of(
+                    row.stop_kind,
+                    row.stop_by,
+                    body.get("exit_code"),
+                    body.get("rank"),
+                    row.restarts,
+                    row.max_restarts,
+                )
                 endings.append((body["job"], body["attempt"], ending))
                 self._end_in_memory(body["job"], body["attempt"], ending)
             elif kind == "x.node":
@@ -266,17 +288,20 @@ class Scheduler:
                 .where(a.c.job_id.in_({k[0] for k in keys}), a.c.state != "ended")
             ).all()
         out: dict[tuple[str, int], Any] = {}
-        for r in rows:
-            r = _Row(r._asdict())
+        for row in rows:
+            r = _Row(row._asdict())
             r.max_restarts = json.loads(r.request).get("max_restarts", 3)
             out[(r.job_id, r.attempt)] = r
         return out
 
     # ---- writing decisions --------------------------------------------------------------
     def _commit(
-        self, endings: list[tuple[str, int, Ending]], result: CycleResult | None,
-        changes: list[tuple[str, str, str, bool]], now: float,
-    ) -> Batch:  # fmt: skip
+        self,
+        endings: list[tuple[str, int, Ending]],
+        result: CycleResult | None,
+        changes: list[tuple[str, str, str, bool]],
+        now: float,
+    ) -> Batch:
         state = self.state
         assert state is not None
         with self.engines.writer.begin() as conn:
@@ -296,7 +321,7 @@ class Scheduler:
         by: dict[str, list[tuple[Preempt, list[str]]]] = defaultdict(list)
         for p in result.preemptions:
             placement = state.running[p.job].placement
-            names = sorted({state.specs[n].name for n, _ in placement})
+            names = sorted({str(state.specs[n].name) for n, _ in placement})
             by[p.by].append((p, names))
         for preemptor, victims in by.items():
             if batch.group(f"preempt for {preemptor}", batch.preempt, victims):

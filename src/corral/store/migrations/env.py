@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import create_engine
+from sqlalchemy import Connection, create_engine
 
 from corral.store.schema import metadata
 
@@ -11,7 +11,7 @@ config = context.config
 connection = config.attributes.get("connection")
 
 
-def _run(conn: object) -> None:
+def _run(conn: Connection) -> None:
     context.configure(connection=conn, target_metadata=metadata, render_as_batch=True)
     with context.begin_transaction():
         context.run_migrations()
