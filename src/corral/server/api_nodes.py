@@ -14,7 +14,7 @@ from sqlalchemy import Connection, func, select, update
 from starlette.responses import Response
 
 from corral.config.gpu_models import normalise_gpu_model
-from corral.core.model import NodeSpec, NodeState
+from corral.core.model import NodeName, NodeSpec, NodeState
 from corral.server.app import json_response
 from corral.server.auth import Principal
 from corral.server.cluster import node_spec_of, node_values
@@ -210,9 +210,9 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
             raise ApiError(403, "this join token is already bound to another node")
         ctx.tokens.forget(who.token_id)
     spec = NodeSpec(
-        name=reg.node,
+        name=NodeName(reg.node),
         gpus=reg.gpus,
-        gpu_model=normalise_gpu_model(reg.gpu_model) if reg.gpu_model else "",  # type: ignore[arg-type]
+        gpu_model=normalise_gpu_model(reg.gpu_model) if reg.gpu_model else "",
         gpu_memory_gib=reg.gpu_memory_gib,
         cpus=reg.cpus,
         memory_gib=reg.memory_gib,
