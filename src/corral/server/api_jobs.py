@@ -263,6 +263,14 @@ def _change(ctx: Context, who: Principal, job_id: str, action: str, conn: Connec
         )
     elif action == "requeue" and state == "pending":
         pass  # already waiting: nothing to do
+    elif state == "stopping" and action == "cancel":
+        changed = conn.execute(
+            update(a)
+            .where(a.c.job_id == job_id, a.c.attempt == row.attempt, a.c.state == "stopping")
+            .values(stop_kind="cancel", stop_by=who.name)
+        ).rowcount
+        if changed != 1:
+            raise ApiError(409, f"job {job_id} changed meanwhile", fix="try again")
     elif state == "stopping":
         raise ApiError(409, f"job {job_id} is already stopping", fix="wait for it to stop (`corral show`)")
     else:

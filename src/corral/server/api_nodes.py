@@ -209,18 +209,23 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
         if bound != 1:
             raise ApiError(403, "this join token is already bound to another node")
         ctx.tokens.forget(who.token_id)
-    spec = NodeSpec(
-        name=NodeName(reg.node),
-        gpus=reg.gpus,
-        gpu_model=normalise_gpu_model(reg.gpu_model) if reg.gpu_model else "",
-        gpu_memory_gib=reg.gpu_memory_gib,
-        cpus=reg.cpus,
-        memory_gib=reg.memory_gib,
-        labels=reg.labels,
-        nvlink=tuple(tuple(g) for g in reg.nvlink),
-        address=reg.address,
-        network=reg.network,
-    )
+    try:
+        spec = NodeSpec(
+            name=NodeName(reg.node),
+            gpus=reg.gpus,
+            gpu_model=normalise_gpu_model(reg.gpu_model) if reg.gpu_model else "",
+            gpu_memory_gib=reg.gpu_memory_gib,
+            cpus=reg.cpus,
+            memory_gib=reg.memory_gib,
+            labels=reg.labels,
+            nvlink=tuple(tuple(g) for g in reg.nvlink),
+            address=reg.address,
+            network=reg.network,
+        )
+    except ValueError as exc:
+        raise ApiError(
+            422, f"registration of {reg.node}: {exc}", fix="send each GPU index in one nvlink group"
+        ) from None
     row = conn.execute(select(n).where(n.c.name == reg.node)).mappings().first()
     now = time.time()
     state, reason = NodeState.UP, ""

@@ -250,7 +250,7 @@ class Scheduler:
         if ending.requeues and ending.not_before:
             ended.job.not_before = ending.not_before
             heapq.heappush(self.timers, ending.not_before)
-        metrics.ENDINGS.labels(ending.event, ending.reason.split(" ")[0] if ending.reason else "").inc()
+        metrics.ENDINGS.labels(ending.event, ending.reason if ending.reason == "time_limit" else "").inc()
 
     def _node_changed(self, body: dict[str, Any]) -> bool:
         state = self.state
