@@ -29,5 +29,5 @@ def test_submit_start_run_finish(server: Server) -> None:
         done = wait_for(lambda: (x := job(c, j["id"]))["state"] == "finished" and x)
         assert done["exit_code"] == 0
         kinds = [e["event"] for e in c.get("/v1/events").json()]
-        assert kinds == ["submit", "start", "finish"]
+        assert kinds == ["cluster", "submit", "start", "finish"]
         agent.close()

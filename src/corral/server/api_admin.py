@@ -117,7 +117,6 @@ def _revise(
         revision = apply_revision(conn, body, who.name, comment)
     except ConfigError as exc:
         raise ApiError(422, str(exc)) from None
-    ctx.journal(conn, [{"event": "x.config", "revision": revision, "by": who.name}])
     return {"revision": revision}
 
 

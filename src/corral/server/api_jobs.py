@@ -63,7 +63,7 @@ async def submit(
     ctx, who = _ctx(request), _who(request)
     _no_agents(who)
     model, static = ctx.model()
-    now = time.time()
+    now = ctx.clock()
     try:
         prepared = prepare(model, static, spec, who, now)
     except ApiError as exc:
@@ -214,7 +214,7 @@ def _change(ctx: Context, who: Principal, job_id: str, action: str, conn: Connec
     row = conn.execute(select(j).where(j.c.id == job_id)).first()
     if row is None or not (who.is_admin or row.team == who.team):
         raise ApiError(404, f"no job {job_id} that you may see", fix="list yours with `corral jobs`")
-    now = time.time()
+    now = ctx.clock()
     state = row.state
     guard = (j.c.id == job_id, j.c.version == row.version)
     if action in ("hold", "release"):

@@ -17,7 +17,7 @@ from corral.config.gpu_models import normalise_gpu_model
 from corral.core.model import NodeName, NodeSpec, NodeState
 from corral.server.app import json_response
 from corral.server.auth import Principal
-from corral.server.cluster import node_spec_of, node_values
+from corral.server.cluster import cluster_event, node_spec_of, node_values
 from corral.server.context import Context
 from corral.server.errors import ApiError
 from corral.store import schema
@@ -97,7 +97,7 @@ def _set_state(
     row = conn.execute(select(n).where(n.c.name == name)).mappings().first()
     if row is None:
         raise ApiError(404, f"no node {name}", fix="list them with `corral nodes`")
-    now = time.time()
+    now = ctx.clock()
     if action == "undrain":
         new, why = (NodeState.UP if row["registered"] else NodeState.DOWN), ""
         values: dict[str, Any] = {"drain_deadline": None}
@@ -124,7 +124,7 @@ def _drain_attempts(ctx: Context, conn: Connection, node: str, deadline: float, 
         .where(al.c.node == node, al.c.live == 1, a.c.state.in_(("starting", "running")))
         .distinct()
     ).all()
-    now = time.time()
+    now = ctx.clock()
     for r in live:
         grace = json.loads(r.request)["checkpoint"]["grace"]
         stop_at = now + deadline
@@ -242,6 +242,8 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
             )
         )
         incarnation = 1
+        model, _ = ctx.model()
+        ctx.journal(conn, [cluster_event(model, [spec])])
     else:
         incarnation = row["incarnation"] + 1
         declared = node_spec_of(row)

@@ -38,6 +38,9 @@ def json_response(content: Any, status: int = 200) -> Response:
 
 async def principal(request: Request) -> Principal:
     """The caller, from `Authorization: Bearer <token>`; 401 when absent, unknown or revoked."""
+    known: Principal | None = getattr(request.state, "principal", None)
+    if known is not None:  # checked already, before the body was read (see `_audit`)
+        return known
     ctx: Context = request.app.state.ctx
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
@@ -74,18 +77,32 @@ class BodyLimit:
             if name == b"content-length" and value.isdigit() and int(value) > self.limit:
                 await _too_large(self.limit)(scope, receive, send)
                 return
-        seen = 0
+        seen, over, answered = 0, False, False
 
         async def limited() -> Message:
-            nonlocal seen
+            nonlocal seen, over
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
+                    over = True
                     raise ApiError(413, f"request body over {self.limit} bytes", fix="send a smaller body")
             return message
 
-        await self.app(scope, limited, send)
+        async def checked(message: Message) -> None:
+            # FastAPI turns an error while reading the body into its own 400: the answer is 413
+            nonlocal answered
+            if not over:
+                answered = True
+                await send(message)
+
+        try:
+            await self.app(scope, limited, checked)
+        except ApiError:
+            if not over:
+                raise
+        if over and not answered:
+            await _too_large(self.limit)(scope, receive, send)
 
 
 def _too_large(limit: int) -> JSONResponse:
@@ -129,7 +146,13 @@ def create_app(ctx: Context) -> FastAPI:
 
     @app.middleware("http")
     async def _audit(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        response = await call_next(request)
+        refused: Response | None = None
+        if request.url.path != "/healthz":  # the token first: FastAPI parses a body before dependencies
+            try:
+                await principal(request)
+            except ApiError as exc:
+                refused = json_response(exc.body(), exc.status)
+        response = refused or await call_next(request)
         if request.method in ("POST", "PUT", "PATCH", "DELETE") and not request.url.path.endswith(UNAUDITED):
             who = getattr(request.state, "principal", None)
             row = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -21,7 +21,7 @@ from corral.config.cluster_file import ClusterConfig, parse_cluster_config
 from corral.core.model import NodeName, NodeSpec, NodeState
 from corral.core.state import ClusterState
 from corral.store import schema
-from corral.store.engine import dumps
+from corral.store.engine import append_events, dumps
 
 DEFAULT_CLUSTER: dict[str, Any] = {"name": "local", "queues": [{"name": "default"}]}
 WAITING_FOR_AGENT = "declared; waiting for its agent to register"
@@ -145,4 +145,31 @@ def apply_revision(conn: Connection, body: dict[str, Any], author: str, comment:
                     **values,
                 )
             )
+    model = load_cluster(conn)
+    append_events(conn, [cluster_event(model, model.config.nodes)], conn.dialect.name == "sqlite")
     return rev_id
+
+
+def cluster_event(model: ClusterModel, nodes: Iterable[NodeSpec]) -> dict[str, Any]:
+    """The `cluster` line of the event log (DESIGN.md 4.6) for `nodes` under the active configuration."""
+    cfg = model.config
+    return {
+        "event": "cluster",
+        "revision": model.revision,
+        "topology": list(cfg.topology),
+        "nodes": [
+            {
+                "name": n.name,
+                "gpus": n.gpus,
+                "gpu_model": n.gpu_model,
+                "labels": dict(n.labels),
+                "nvlink": [list(g) for g in n.nvlink],
+            }
+            for n in nodes
+        ],
+        "queues": [
+            {"name": q.name, "weight": q.weight, "quota": q.quota, "limit": q.limit, "cohort": q.cohort}
+            for q in cfg.queues
+        ],
+        "priority_classes": {p.name: p.value for p in cfg.priority_classes},
+    }

@@ -52,8 +52,11 @@ class Notifier:
 
 
 class Context:
-    def __init__(self, engines: Engines, *, allow_dynamic_nodes: bool = False) -> None:
+    def __init__(
+        self, engines: Engines, *, allow_dynamic_nodes: bool = False, clock: Callable[[], float] = time.time
+    ) -> None:
         self.engines = engines
+        self.clock = clock  # scheduling time: submit times, stop deadlines, events' `t`
         self.allow_dynamic_nodes = allow_dynamic_nodes
         self.notifier = Notifier()
         self.scheduler_bell = Bell("scheduler", engines.reader)
@@ -110,4 +113,5 @@ class Context:
         return await asyncio.wrap_future(self.writer.submit(work))
 
     def journal(self, conn: Connection, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return append_events(conn, entries, self.engines.is_sqlite)
+        now = self.clock()
+        return append_events(conn, [{"t": now, **e} for e in entries], self.engines.is_sqlite)

@@ -19,13 +19,14 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select
 
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult, Preempt
-from corral.core.model import JobId, NodeName, NodeState
+from corral.core.model import JobId, NodeName, NodeSpec, NodeState
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
 from corral.server import metrics
@@ -44,8 +45,11 @@ JOURNAL_PAGE = 5000
 
 
 class Scheduler:
-    def __init__(self, engines: Engines, policy: str = "default") -> None:
+    def __init__(
+        self, engines: Engines, policy: str = "default", clock: Callable[[], float] = time.time
+    ) -> None:
         self.engines = engines
+        self.clock = clock  # scheduling time (Unix time; tests and scenarios inject a virtual one)
         self.profile = load_policy(policy)
         self.policy = policy
         self.doorbell = Doorbell("scheduler")
@@ -58,6 +62,7 @@ class Scheduler:
         self.timers: list[float] = []
         self.reasons: dict[str, tuple[str, str, float]] = {}
         self.cycles = 0
+        self.revision = -1
 
     # ---- memory from the database -------------------------------------------------------
     def reload(self) -> None:
@@ -74,6 +79,7 @@ class Scheduler:
                 or 0
             )
             model = load_cluster(conn)
+            self.revision = model.revision
             state = model.build_state()
             self.paused = get_setting(conn, "scheduler.paused", "0") == "1"
             j, a = schema.jobs, schema.attempts
@@ -102,7 +108,7 @@ class Scheduler:
             for row in pending:
                 job = state.submit(spec_from_json(row.spec), attempts=row.attempt)
                 job.held, job.not_before = bool(row.held), row.not_before
-                if row.not_before > time.time():
+                if row.not_before > self.clock():
                     heapq.heappush(self.timers, row.not_before)
         state.plan.commit()
         self.state = state
@@ -141,12 +147,12 @@ class Scheduler:
         self.reload()
         self.step(force=True)
         while not self.stop.is_set():
-            now = time.time()
+            now = self.clock()
             while self.timers and self.timers[0] <= now:
                 heapq.heappop(self.timers)
             timeout = FALLBACK_WAKE if not self.timers else min(FALLBACK_WAKE, self.timers[0] - now)
             rung = self.doorbell.wait(timeout)
-            due = bool(self.timers) and self.timers[0] <= time.time()
+            due = bool(self.timers) and self.timers[0] <= self.clock()
             self.step(force=rung or due)
 
     def step(self, force: bool = False) -> None:
@@ -162,7 +168,7 @@ class Scheduler:
                 self._end_in_memory(job_id, attempt, ending)
         if not entries and not force:
             return
-        now = time.time()
+        now = self.clock()
         result = None
         if not self.paused and self.state.jobs:
             started = time.perf_counter()
@@ -232,13 +238,14 @@ class Scheduler:
                     body.get("rank"),
                     row.restarts,
                     row.max_restarts,
+                    self.clock(),
                 )
                 endings.append((body["job"], body["attempt"], ending))
                 self._end_in_memory(body["job"], body["attempt"], ending)
             elif kind == "x.node":
                 reload = reload or self._node_changed(json.loads(r.body))
-            elif kind == "x.config":
-                reload = True
+            elif kind == "cluster":
+                reload = reload or json.loads(r.body).get("revision") != self.revision
             elif kind in ("x.pause", "x.resume"):
                 self.paused = kind == "x.pause"
         return reload
@@ -246,7 +253,7 @@ class Scheduler:
     def _end_in_memory(self, job_id: str, attempt: int, ending: Ending) -> None:
         state = self.state
         assert state is not None
-        ended = state.end(JobId(job_id), requeue=ending.requeues, now=time.time())
+        ended = state.end(JobId(job_id), requeue=ending.requeues, now=self.clock())
         if ending.requeues and ending.not_before:
             ended.job.not_before = ending.not_before
             heapq.heappush(self.timers, ending.not_before)
@@ -265,7 +272,11 @@ class Scheduler:
             return True
         name = NodeName(row["name"])
         node = state.node_ids.get(name)
-        if node is None or state.specs[node] != node_spec_of(row):
+        spec = node_spec_of(row)
+        if node is None:
+            state.add_node(spec, NodeState(row["state"]))
+            return False
+        if _shape(state.specs[node]) != _shape(spec):
             return True
         state.set_node_state(name, NodeState(row["state"]))
         unhealthy = {int(g) for g in json.loads(row["unhealthy"])}
@@ -372,6 +383,19 @@ class _Row(dict[str, Any]):
 
     def __setattr__(self, name: str, value: Any) -> None:
         self[name] = value
+
+
+def _shape(spec: NodeSpec) -> tuple[object, ...]:
+    """What scheduling depends on (not the address or network settings)."""
+    return (
+        spec.gpus,
+        spec.gpu_model,
+        spec.gpu_memory_gib,
+        spec.cpus,
+        spec.memory_gib,
+        sorted(spec.labels.items()),
+        spec.nvlink,
+    )
 
 
 def _decided(result: CycleResult) -> bool:
