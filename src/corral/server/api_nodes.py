@@ -193,11 +193,13 @@ class Registration(BaseModel):
     network: dict[str, Any] = Field(default_factory=dict)
 
 
-def _agent(who: Principal, node: str) -> None:
+def _agent(who: Principal, node: str, *, registering: bool = False) -> None:
     if who.role != "agent" and not who.is_admin:
         raise ApiError(403, "only an agent token may act for a node", fix="use the node's join token")
     if who.role == "agent" and who.node and who.node != node:
         raise ApiError(403, f"this agent token belongs to node {who.node}, not {node}")
+    if who.role == "agent" and not who.node and not registering:  # else it could act for any node
+        raise ApiError(403, "this join token is not bound to a node yet", fix="register the node first")
 
 
 def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection) -> dict[str, Any]:
@@ -280,7 +282,7 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
 async def register(request: Request, reg: Registration) -> Response:
     """An agent joins: its node becomes `up` (a declared node whose inventory differs is drained)."""
     ctx, who = _ctx(request), _who(request)
-    _agent(who, reg.node)
+    _agent(who, reg.node, registering=True)
     out = await ctx.write(lambda conn: _register(ctx, who, reg, conn))
     ctx.incarnations[reg.node] = out["incarnation"]
     ctx.heartbeats[reg.node] = time.monotonic()
