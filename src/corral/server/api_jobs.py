@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -18,7 +17,7 @@ from corral.server.app import json_response
 from corral.server.auth import Principal
 from corral.server.context import Context
 from corral.server.errors import ApiError
-from corral.server.jobs import ACTIVE_STATES, LIVE_STATES, insert_job, job_json, prepare, spec_json
+from corral.server.jobs import ACTIVE_STATES, LIVE_STATES, job_json, prepare, spec_json
 from corral.store import schema
 from corral.store.engine import dumps
 
@@ -69,7 +68,7 @@ async def submit(
     except ApiError as exc:
         metrics.SUBMISSIONS.labels(str(exc.status)).inc()
         raise
-    job_id = await ctx.write(lambda conn: insert_job(conn, prepared, ctx.engines.is_sqlite))
+    job_id = await ctx.write_many(ctx.insert_jobs, prepared)
     metrics.SUBMISSIONS.labels("201").inc()
     row = SimpleNamespace(
         id=job_id,

@@ -24,7 +24,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from corral.server.auth import Principal
 from corral.server.context import Context
 from corral.server.errors import ApiError
-from corral.store import schema
 
 MAX_BODY = 1 << 20  # 1 MiB
 UNAUDITED = ("/heartbeat",)
@@ -163,7 +162,7 @@ def create_app(ctx: Context) -> FastAPI:
                 "result": str(response.status_code),
                 "detail": getattr(request.state, "audit_detail", ""),
             }
-            ctx.writer.submit(lambda conn: conn.execute(schema.audit.insert().values(**row)))
+            ctx.writer.submit_many(ctx.insert_audit, row)
         return response
 
     @app.get("/healthz", tags=["health"])

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, insert, select, update
+from sqlalchemy import Connection, and_, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from corral.core.decisions import Preempt, Start
@@ -179,12 +179,12 @@ class Batch:
         if not changes:
             return
         j = schema.jobs
-        for job, code, message, _ in changes:
-            self.conn.execute(
-                update(j)
-                .where(j.c.id == job, j.c.state == "pending")
-                .values(reason_code=code, reason=message)
-            )
+        self.conn.execute(
+            update(j)
+            .where(j.c.id == bindparam("job_id"), j.c.state == "pending")
+            .values(reason_code=bindparam("code"), reason=bindparam("message")),
+            [{"job_id": job, "code": code, "message": message} for job, code, message, _ in changes],
+        )
         history = [
             {"job_id": job, "t": self.now, "code": code, "message": message}
             for job, code, message, new in changes

@@ -7,17 +7,19 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, insert
 
 from corral.core.state import ClusterState
 from corral.server.auth import TokenCache
 from corral.server.cluster import ClusterModel, load_cluster
 from corral.server.doorbell import Bell, Doorbell
+from corral.server.jobs import insert_jobs
+from corral.store import schema
 from corral.store.engine import Engines, append_events
-from corral.store.writer import Writer
+from corral.store.writer import Many, Writer
 
 T = TypeVar("T")
 
@@ -51,6 +53,11 @@ class Notifier:
             await asyncio.wait_for(event.wait(), timeout)
 
 
+def _insert_audit(conn: Connection, rows: Sequence[dict[str, Any]]) -> list[None]:
+    conn.execute(insert(schema.audit), list(rows))
+    return [None] * len(rows)
+
+
 class Context:
     def __init__(
         self, engines: Engines, *, allow_dynamic_nodes: bool = False, clock: Callable[[], float] = time.time
@@ -62,6 +69,9 @@ class Context:
         self.scheduler_bell = Bell("scheduler", engines.reader)
         self.writer = Writer(engines, after_commit=self._after_commit)
         self.tokens = TokenCache(engines.reader)
+        is_sqlite = engines.is_sqlite
+        self.insert_jobs: Many = lambda conn, batch: insert_jobs(conn, batch, is_sqlite)
+        self.insert_audit: Many = _insert_audit
         self.heartbeats: dict[str, float] = {}  # node -> monotonic time of its last heartbeat
         self.incarnations: dict[str, int] = {}
         self.started = time.monotonic()
@@ -108,6 +118,10 @@ class Context:
             self._model = None
 
     # ---- writes ----------------------------------------------------------------------------
+    async def write_many(self, fn: Many, item: Any) -> Any:
+        """Write `item` with the other items for `fn` in the next group commit (one statement per table)."""
+        return await asyncio.wrap_future(self.writer.submit_many(fn, item))
+
     async def write(self, work: Callable[[Connection], T]) -> T:
         """Run `work` in the next group commit; returns once it is durable."""
         return await asyncio.wrap_future(self.writer.submit(work))

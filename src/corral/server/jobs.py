@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from sqlalchemy import Connection, func, insert, select
@@ -102,9 +103,16 @@ def _check_mounts(model: ClusterModel, request: JobRequest, queue: str) -> None:
 
 
 def spec_json(spec: JobSpec) -> str:
-    data = asdict(spec)
+    """The scheduling spec as JSON (by hand: `dataclasses.asdict` costs ~100 µs a job)."""
+    data = {f: getattr(spec, f) for f in _SPEC_FIELDS}
     data["launch"] = spec.launch.value
+    data["topology"] = {"pack": spec.topology.pack, "required": spec.topology.required}
+    data["gpu_model"] = list(spec.gpu_model)
+    data["node_selector"] = dict(spec.node_selector)
     return dumps(data)
+
+
+_SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
 
 
 def spec_from_json(text: str) -> JobSpec:
@@ -119,26 +127,38 @@ def spec_from_json(text: str) -> JobSpec:
 
 def insert_job(conn: Connection, prepared: Prepared, is_sqlite: bool) -> str:
     """Write one submission and its `submit` event; returns the new job's id."""
-    seq = (conn.execute(select(func.max(schema.jobs.c.seq))).scalar() or 0) + 1
-    job_id = f"j{seq}"
-    spec = replace(prepared.spec, id=JobId(job_id), seq=seq)
-    conn.execute(
-        insert(schema.jobs).values(
-            seq=seq,
-            id=job_id,
-            name=spec.name,
-            queue=spec.queue,
-            user=spec.user,
-            team=prepared.team,
-            run_as=prepared.run_as,
-            state="pending",
-            submit_time=spec.submit_time,
-            spec=spec_json(spec),
-            request=dumps(prepared.request),
-        )
+    return insert_jobs(conn, [prepared], is_sqlite)[0]
+
+
+def insert_jobs(conn: Connection, batch: Sequence[Prepared], is_sqlite: bool) -> list[str]:
+    """Write submissions and their `submit` events with one statement per table; returns the ids."""
+    first = (conn.execute(select(func.max(schema.jobs.c.seq))).scalar() or 0) + 1
+    rows, events, ids = [], [], []
+    for seq, prepared in enumerate(batch, start=first):
+        job_id = f"j{seq}"
+        spec = replace(prepared.spec, id=JobId(job_id), seq=seq)
+        rows.append(_job_row(seq, job_id, spec, prepared))
+        events.append(submit_event(spec))
+        ids.append(job_id)
+    conn.execute(insert(schema.jobs), rows)
+    append_events(conn, events, is_sqlite)
+    return ids
+
+
+def _job_row(seq: int, job_id: str, spec: JobSpec, prepared: Prepared) -> dict[str, Any]:
+    return dict(
+        seq=seq,
+        id=job_id,
+        name=spec.name,
+        queue=spec.queue,
+        user=spec.user,
+        team=prepared.team,
+        run_as=prepared.run_as,
+        state="pending",
+        submit_time=spec.submit_time,
+        spec=spec_json(spec),
+        request=dumps(prepared.request),
     )
-    append_events(conn, [submit_event(spec)], is_sqlite)
-    return job_id
 
 
 def submit_event(spec: JobSpec) -> dict[str, Any]:

@@ -42,6 +42,9 @@ log = logging.getLogger("corral.scheduler")
 FALLBACK_WAKE = 2.0  # seconds: re-read the journal even without a ring
 REASON_REFRESH = 10.0  # seconds: a reason whose code is unchanged is rewritten at most this often
 JOURNAL_PAGE = 5000
+MIN_CYCLE_INTERVAL = (
+    0.02  # seconds between cycles under a flood of changes (submit-to-start stays well < 100 ms)
+)
 
 
 class Scheduler:
@@ -62,7 +65,9 @@ class Scheduler:
         self.timers: list[float] = []
         self.reasons: dict[str, tuple[str, str, float]] = {}
         self.cycles = 0
+        self.replay: list[Any] = []  # journal entries behind the cursor still to apply (after a reload)
         self.revision = -1
+        self.last_cycle = 0.0
 
     # ---- memory from the database -------------------------------------------------------
     def reload(self) -> None:
@@ -100,6 +105,7 @@ class Scheduler:
             ).all()
             for attempt in live:
                 self._restore_attempt(state, attempt)
+            self.replay = self._unapplied_exits(conn)
             pending = conn.execute(
                 select(j.c.spec, j.c.attempt, j.c.held, j.c.not_before)
                 .where(j.c.state == "pending")
@@ -120,6 +126,20 @@ class Scheduler:
             len(state.jobs),
             len(state.running),
             self.last_seq,
+        )
+
+    @staticmethod
+    def _unapplied_exits(conn: Any) -> list[Any]:
+        """Exit reports in the journal for attempts not yet ended: a crash between an agent's
+        report and the attempt's ending leaves them behind the cursor, so they are replayed."""
+        e, a = schema.events, schema.attempts
+        return list(
+            conn.execute(
+                select(e.c.seq, e.c.kind, e.c.job, e.c.body)
+                .join(a, (a.c.job_id == e.c.job) & (a.c.state != "ended"))
+                .where(e.c.kind == "x.exit")
+                .order_by(e.c.seq)
+            ).all()
         )
 
     @staticmethod
@@ -152,13 +172,16 @@ class Scheduler:
                 heapq.heappop(self.timers)
             timeout = FALLBACK_WAKE if not self.timers else min(FALLBACK_WAKE, self.timers[0] - now)
             rung = self.doorbell.wait(timeout)
+            pause = self.last_cycle + MIN_CYCLE_INTERVAL - time.monotonic()
+            if rung and pause > 0:  # a flood of rings: gather it into one cycle
+                time.sleep(pause)
             due = bool(self.timers) and self.timers[0] <= self.clock()
             self.step(force=rung or due)
 
     def step(self, force: bool = False) -> None:
         """Read the journal, apply it, run a cycle if anything changed, commit the decisions."""
         assert self.state is not None
-        entries = self._read_journal()
+        entries, self.replay = self.replay + self._read_journal(), []
         endings: list[tuple[str, int, Ending]] = []
         reload = self._apply(entries, endings)
         if reload:
@@ -171,6 +194,7 @@ class Scheduler:
         now = self.clock()
         result = None
         if not self.paused and self.state.jobs:
+            self.last_cycle = time.monotonic()
             started = time.perf_counter()
             result = schedule(self.state, self.profile, now)
             metrics.CYCLE_SECONDS.observe(time.perf_counter() - started)

@@ -1,17 +1,26 @@
 """Group commit: one writer thread turns many small write requests into few durable commits.
 
-Each request is a function of a connection, run inside its own SAVEPOINT so that one bad
-request fails alone; the batch commits once and every caller learns its result after the
-commit (an acknowledged write is durable). SQLite WAL at `synchronous=NORMAL` managed about
-3,000 commits/s one row at a time on the project's machines and about 81,000 rows/s in
-batches of 50 (ENVIRONMENT.md), which is why submissions go through here.
+Two kinds of request share the queue:
+
+- `submit(work)`: a function of a connection, run in its own SAVEPOINT so that one bad request
+  fails alone.
+- `submit_many(fn, item)`: items that one function writes together (`fn(conn, items)` returns
+  one result per item), e.g. submissions or audit records: all the items of a batch go in one
+  savepoint and a few `executemany` statements. If that group fails, its items are retried one
+  by one so that only the bad one fails.
+
+The batch commits once and every caller learns its result after the commit (an acknowledged
+write is durable). SQLite WAL at `synchronous=NORMAL` managed about 3,000 commits/s one row at
+a time on the project's machines and about 81,000 rows/s in batches of 50 (ENVIRONMENT.md);
+statement count matters as much (SQLAlchemy Core costs tens of microseconds per execute),
+which is why submissions are written with `executemany` per batch.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -21,24 +30,32 @@ from corral.store.engine import Engines
 
 T = TypeVar("T")
 Work = Callable[[Connection], Any]
+Many = Callable[[Connection, Sequence[Any]], Sequence[Any]]
+_Item = tuple[Work | None, Many | None, Any, Future[Any]]
 
 
 class Writer:
-    """Runs write functions in batches on the writer engine's single connection."""
+    """Runs write requests in batches on the writer engine's single connection."""
 
     def __init__(
-        self, engines: Engines, max_batch: int = 256, after_commit: Callable[[], None] | None = None
-    ):
+        self, engines: Engines, max_batch: int = 512, after_commit: Callable[[], None] | None = None
+    ) -> None:
         self.engines = engines
         self.max_batch = max_batch
         self.after_commit = after_commit
-        self._queue: queue.SimpleQueue[tuple[Work, Future[Any]] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="corral-writer", daemon=True)
         self._thread.start()
 
     def submit(self, work: Callable[[Connection], T]) -> Future[T]:
         future: Future[T] = Future()
-        self._queue.put((work, future))
+        self._queue.put((work, None, None, future))
+        return future
+
+    def submit_many(self, fn: Many, item: Any) -> Future[Any]:
+        """Write `item` together with the other items for `fn` in the next batch."""
+        future: Future[Any] = Future()
+        self._queue.put((None, fn, item, future))
         return future
 
     def call(self, work: Callable[[Connection], T], timeout: float = 60.0) -> T:
@@ -67,20 +84,27 @@ class Writer:
                 batch.append(item)
             self._commit(batch)
 
-    def _commit(self, batch: list[tuple[Work, Future[Any]]]) -> None:
+    def _commit(self, batch: list[_Item]) -> None:
         results: list[tuple[Future[Any], bool, Any]] = []
+        live = [entry for entry in batch if entry[3].set_running_or_notify_cancel()]
+        groups: dict[Many, list[_Item]] = {}
+        for entry in live:
+            if entry[1] is not None:
+                groups.setdefault(entry[1], []).append(entry)
         try:
             with self.engines.writer.begin() as conn:
-                for work, future in batch:
-                    if not future.set_running_or_notify_cancel():
+                for fn, entries in groups.items():
+                    results.extend(self._many(conn, fn, entries))
+                for work, _fn, _item, future in live:
+                    if work is None:
                         continue
                     try:
                         with conn.begin_nested():
                             results.append((future, True, work(conn)))
                     except Exception as exc:
                         results.append((future, False, exc))
-        except Exception as exc:
-            for _work, future in batch:
+        except Exception as exc:  # the commit failed: nobody's write is durable
+            for *_, future in live:
                 if not future.done():
                     future.set_exception(exc)
             return
@@ -91,3 +115,17 @@ class Writer:
                 future.set_exception(value)
         if self.after_commit is not None:
             self.after_commit()
+
+    @staticmethod
+    def _many(conn: Connection, fn: Many, entries: list[_Item]) -> list[tuple[Future[Any], bool, Any]]:
+        try:
+            with conn.begin_nested():
+                values = fn(conn, [e[2] for e in entries])
+            return [(e[3], True, v) for e, v in zip(entries, values, strict=True)]
+        except Exception as exc:
+            if len(entries) == 1:
+                return [(entries[0][3], False, exc)]
+        out: list[tuple[Future[Any], bool, Any]] = []
+        for entry in entries:  # isolate the bad item
+            out.extend(Writer._many(conn, fn, [entry]))
+        return out
