@@ -11,11 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from starlette.responses import JSONResponse, Response
@@ -35,13 +34,13 @@ def json_response(content: Any, status: int = 200) -> Response:
     )
 
 
-async def principal(request: Request) -> Principal:
+async def authenticate(ctx: Context, scope: Scope) -> Principal:
     """The caller, from `Authorization: Bearer <token>`; 401 when absent, unknown or revoked."""
-    known: Principal | None = getattr(request.state, "principal", None)
-    if known is not None:  # checked already, before the body was read (see `_audit`)
-        return known
-    ctx: Context = request.app.state.ctx
-    header = request.headers.get("authorization", "")
+    header = ""
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            header = value.decode("latin-1")
+            break
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(
@@ -57,7 +56,6 @@ async def principal(request: Request) -> Principal:
         raise ApiError(
             401, "the token is unknown or revoked", fix="ask an admin for a new one (`corral token create`)"
         )
-    request.state.principal = found
     return found
 
 
@@ -143,34 +141,12 @@ def create_app(ctx: Context) -> FastAPI:
             {"error": f"invalid request: {problems}", "fix": "see /openapi.json for the request shape"}, 422
         )
 
-    @app.middleware("http")
-    async def _audit(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        refused: Response | None = None
-        if request.url.path != "/healthz":  # the token first: FastAPI parses a body before dependencies
-            try:
-                await principal(request)
-            except ApiError as exc:
-                refused = json_response(exc.body(), exc.status)
-        response = refused or await call_next(request)
-        if request.method in ("POST", "PUT", "PATCH", "DELETE") and not request.url.path.endswith(UNAUDITED):
-            who = getattr(request.state, "principal", None)
-            row = {
-                "t": time.time(),
-                "principal": who.name if who else "(anonymous)",
-                "action": request.method + " " + request.url.path,
-                "target": request.url.path.rsplit("/", 2)[-2] if request.url.path.count("/") > 2 else "",
-                "result": str(response.status_code),
-                "detail": getattr(request.state, "audit_detail", ""),
-            }
-            ctx.writer.submit_many(ctx.insert_audit, row)
-        return response
-
     @app.get("/healthz", tags=["health"])
     async def healthz() -> Response:
         return json_response({"ok": True, "uptime_s": round(time.monotonic() - ctx.started, 3)})
 
     @app.get("/metrics", tags=["health"])
-    async def metrics_route(_who: Principal = Depends(principal)) -> Response:
+    async def metrics_route() -> Response:
         from corral.server.api_metrics import render
 
         body, content_type = await run_in_threadpool(render, ctx)
@@ -179,21 +155,66 @@ def create_app(ctx: Context) -> FastAPI:
     # FastAPI's own /openapi.json, /docs and /redoc would answer without a token (DESIGN.md 6.6):
     # they are off, and the schema is served here behind the token; there is no browsable UI.
     @app.get("/openapi.json", tags=["health"], include_in_schema=False)
-    async def openapi_route(_who: Principal = Depends(principal)) -> Response:
+    async def openapi_route() -> Response:
         return json_response(app.openapi())
 
     for module in (api_jobs, api_nodes, api_admin):
-        app.include_router(module.router, prefix="/v1", dependencies=[Depends(principal)])
-    app.add_middleware(_BodyLimitMiddleware)
+        app.include_router(module.router, prefix="/v1")
+    app.add_middleware(Gate, ctx=ctx)
     return app
 
 
-class _BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
+class Gate:
+    """Every request passes here first (pure ASGI, no per-request task): the body limit, the
+    token (before FastAPI reads a body; `/healthz` excepted), and after the answer an audit
+    record for each mutating call, written in the next group commit."""
+
+    def __init__(self, app: ASGIApp, ctx: Context) -> None:
         self.inner = BodyLimit(app)
+        self.ctx = ctx
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
+        if scope["type"] != "http":
             await self.inner(scope, receive, send)
+            return
+        path: str = scope["path"]
+        state = scope.setdefault("state", {})
+        try:
+            if path != "/healthz":
+                state["principal"] = await authenticate(self.ctx, scope)
         except ApiError as exc:
             await json_response(exc.body(), exc.status)(scope, receive, send)
+            self._audit(scope, state, exc.status)
+            return
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.inner(scope, receive, sending)
+        except ApiError as exc:
+            status = exc.status
+            await json_response(exc.body(), exc.status)(scope, receive, send)
+        finally:
+            self._audit(scope, state, status)
+
+    def _audit(self, scope: Scope, state: dict[str, Any], status: int) -> None:
+        method: str = scope["method"]
+        path: str = scope["path"]
+        if method not in ("POST", "PUT", "PATCH", "DELETE") or path.endswith(UNAUDITED):
+            return
+        who = state.get("principal")
+        parts = path.strip("/").split("/")
+        row = {
+            "t": time.time(),
+            "principal": who.name if who else "(anonymous)",
+            "action": f"{method} {path}",
+            "target": parts[2] if len(parts) > 2 else "",
+            "result": str(status),
+            "detail": state.get("audit_detail", ""),
+        }
+        self.ctx.writer.submit_many(self.ctx.insert_audit, row)
