@@ -85,29 +85,21 @@ class Writer:
             self._commit(batch)
 
     def _commit(self, batch: list[_Item]) -> None:
-        results: list[tuple[Future[Any], bool, Any]] = []
         live = [entry for entry in batch if entry[3].set_running_or_notify_cancel()]
         groups: dict[Many, list[_Item]] = {}
         for entry in live:
             if entry[1] is not None:
                 groups.setdefault(entry[1], []).append(entry)
         try:
-            with self.engines.writer.begin() as conn:
-                for fn, entries in groups.items():
-                    results.extend(self._many(conn, fn, entries))
-                for work, _fn, _item, future in live:
-                    if work is None:
-                        continue
-                    try:
-                        with conn.begin_nested():
-                            results.append((future, True, work(conn)))
-                    except Exception as exc:
-                        results.append((future, False, exc))
-        except Exception as exc:  # the commit failed: nobody's write is durable
-            for *_, future in live:
-                if not future.done():
-                    future.set_exception(exc)
-            return
+            results = self._fast(live, groups)
+        except Exception:  # something failed: redo the batch with a savepoint per group and item
+            try:
+                results = self._careful(live, groups)
+            except Exception as exc:  # the commit failed: nobody's write is durable
+                for *_, future in live:
+                    if not future.done():
+                        future.set_exception(exc)
+                return
         for future, ok, value in results:
             if ok:
                 future.set_result(value)
@@ -115,6 +107,37 @@ class Writer:
                 future.set_exception(value)
         if self.after_commit is not None:
             self.after_commit()
+
+    def _fast(
+        self, live: list[_Item], groups: dict[Many, list[_Item]]
+    ) -> list[tuple[Future[Any], bool, Any]]:
+        """The whole batch in one transaction without savepoints (the common case: nothing fails)."""
+        results: list[tuple[Future[Any], bool, Any]] = []
+        with self.engines.writer.begin() as conn:
+            for fn, entries in groups.items():
+                values = fn(conn, [e[2] for e in entries])
+                results.extend((e[3], True, v) for e, v in zip(entries, values, strict=True))
+            for work, _fn, _item, future in live:
+                if work is not None:
+                    results.append((future, True, work(conn)))
+        return results
+
+    def _careful(
+        self, live: list[_Item], groups: dict[Many, list[_Item]]
+    ) -> list[tuple[Future[Any], bool, Any]]:
+        results: list[tuple[Future[Any], bool, Any]] = []
+        with self.engines.writer.begin() as conn:
+            for fn, entries in groups.items():
+                results.extend(self._many(conn, fn, entries))
+            for work, _fn, _item, future in live:
+                if work is None:
+                    continue
+                try:
+                    with conn.begin_nested():
+                        results.append((future, True, work(conn)))
+                except Exception as exc:
+                    results.append((future, False, exc))
+        return results
 
     @staticmethod
     def _many(conn: Connection, fn: Many, entries: list[_Item]) -> list[tuple[Future[Any], bool, Any]]:
