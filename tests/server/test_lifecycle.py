@@ -11,7 +11,8 @@ def job(c, job_id):  # type: ignore[no-untyped-def]
 
 def test_submit_start_run_finish(server: Server) -> None:
     with server.client() as c:
-        r = c.post("/v1/jobs", json={"name": "train", "queue": "research", "gpus_per_replica": 4, "command": ["true"]})
+        spec = {"name": "train", "queue": "research", "gpus_per_replica": 4, "command": ["true"]}
+        r = c.post("/v1/jobs", json=spec)
         assert r.status_code == 201, r.text
         j = r.json()
         assert j["state"] == "pending" and j["id"]
@@ -31,3 +32,23 @@ def test_submit_start_run_finish(server: Server) -> None:
         kinds = [e["event"] for e in c.get("/v1/events").json()]
         assert kinds == ["cluster", "submit", "start", "finish"]
         agent.close()
+
+
+def test_a_killed_scheduler_process_is_restarted(server: Server) -> None:
+    import os
+    import signal
+    import subprocess
+
+    assert server.proc is not None
+    children = subprocess.run(["pgrep", "-P", str(server.proc.pid)], capture_output=True, text=True)
+    schedulers = [int(p) for p in children.stdout.split()]
+    assert len(schedulers) == 1, children.stdout
+    os.kill(schedulers[0], signal.SIGKILL)
+    agent = FakeAgent(server, "dgx01", 8, "H100-80GB")
+    agent.register()
+    with server.client() as c:
+        r = c.post("/v1/jobs", json={"queue": "research", "gpus_per_replica": 8, "command": ["true"]})
+        assert r.status_code == 201
+        orders = wait_for(lambda: agent.orders(wait=1), timeout=15)
+        assert orders[0]["job"] == r.json()["id"]
+    agent.close()

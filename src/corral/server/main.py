@@ -10,7 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,6 +104,38 @@ def start_scheduler(opts: ServerOptions, env: dict[str, str]) -> subprocess.Pope
     return subprocess.Popen(cmd, env=env)
 
 
+class Supervisor:
+    """Keeps the scheduler process running: restarted (after a second) if it exits on its own."""
+
+    def __init__(self, opts: ServerOptions, env: dict[str, str]) -> None:
+        self.opts, self.env = opts, env
+        self.proc = start_scheduler(opts, env)
+        self.stopping = threading.Event()
+        self.restarts = 0
+        self.thread = threading.Thread(target=self._watch, name="corral-scheduler-watch", daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while not self.stopping.wait(0.5):
+            code = self.proc.poll()
+            if code is None:
+                continue
+            self.restarts += 1
+            log.error("the scheduler process exited with %s; restarting it", code)
+            print(f"corral: the scheduler process exited with {code}; restarting it", file=sys.stderr)
+            if self.stopping.wait(1.0):
+                return
+            self.proc = start_scheduler(self.opts, self.env)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
 def serve(opts: ServerOptions) -> None:
     check_listen(opts)
     opts.data_dir.mkdir(parents=True, exist_ok=True)
@@ -122,7 +154,7 @@ def serve(opts: ServerOptions) -> None:
     from corral.server.app import create_app
     from corral.server.context import Context
 
-    scheduler = start_scheduler(opts, dict(os.environ)) if opts.scheduler else None
+    scheduler = Supervisor(opts, dict(os.environ)) if opts.scheduler else None
     ctx = Context(engines, allow_dynamic_nodes=opts.allow_dynamic_nodes)
     app = create_app(ctx)
     config = uvicorn.Config(
@@ -139,9 +171,4 @@ def serve(opts: ServerOptions) -> None:
         server.run()
     finally:
         if scheduler is not None:
-            scheduler.send_signal(signal.SIGTERM)
-            try:
-                scheduler.wait(5)
-            except subprocess.TimeoutExpired:
-                scheduler.kill()
-        _ = time
+            scheduler.stop()
