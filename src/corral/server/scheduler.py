@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import select
@@ -68,6 +68,8 @@ class Scheduler:
         self.replay: list[Any] = []  # journal entries behind the cursor still to apply (after a reload)
         self.revision = -1
         self.last_cycle = 0.0
+        self.fresh: set[str] = set()  # pending jobs whose reason was never computed
+        self.others: tuple[str, str] | None = None
 
     # ---- memory from the database -------------------------------------------------------
     def reload(self) -> None:
@@ -118,6 +120,7 @@ class Scheduler:
                     heapq.heappush(self.timers, row.not_before)
         state.plan.commit()
         self.state = state
+        self.others = ("", "")  # never a real reason: the next cycle looks at every pending job
         self.own.clear()
         log.info(
             "state loaded in %.0f ms: %d nodes, %d pending, %d live attempts (journal at %d)",
@@ -240,6 +243,7 @@ class Scheduler:
             if kind == "submit" and job_id in specs:
                 if job_id not in state.jobs and job_id not in state.running:
                     state.submit(specs[job_id])
+                    self.fresh.add(job_id)
             elif kind == "cancel" and job_id in state.jobs:
                 state.remove_pending(job_id)
             elif kind in ("x.hold", "x.release") and job_id in state.jobs:
@@ -278,6 +282,8 @@ class Scheduler:
         state = self.state
         assert state is not None
         ended = state.end(JobId(job_id), requeue=ending.requeues, now=self.clock())
+        if ending.requeues:
+            self.fresh.add(job_id)
         if ending.requeues and ending.not_before:
             ended.job.not_before = ending.not_before
             heapq.heappush(self.timers, ending.not_before)
@@ -377,15 +383,24 @@ class Scheduler:
         return {r.id: (json.loads(r.request), r.run_as, r.submit_time) for r in rows}
 
     def _reason_changes(self, result: CycleResult, now: float) -> list[tuple[str, str, str, bool]]:
+        """Reasons to persist: those of jobs the cycle looked at, of jobs new to pending, and of
+        every other pending job only when the shared reason of the ones not reached changed."""
         state = self.state
         assert state is not None
-        changes: list[tuple[str, str, str, bool]] = []
         known = self.reasons
-        for job_id in list(known):
-            if job_id not in state.jobs:
+        if len(known) > 2 * len(state.jobs) + 1000:
+            for job_id in [j for j in known if j not in state.jobs]:
                 del known[job_id]
-        for job_id, _job in state.jobs.items():
-            reason = result.reason_of(job_id)
+        others = (result.others.code.value, result.others.message) if result.others is not None else None
+        if others != self.others:
+            candidates: Iterable[str] = state.jobs
+        else:
+            candidates = {*result.reasons, *(j for j in self.fresh if j in state.jobs)}
+        self.others = others
+        self.fresh.clear()
+        changes: list[tuple[str, str, str, bool]] = []
+        for job_id in candidates:
+            reason = result.reason_of(JobId(job_id))
             if reason is None:
                 continue
             code, message = reason.code.value, reason.message
