@@ -114,7 +114,7 @@ def _revise(
     ctx: Context, who: Principal, body: dict[str, Any], comment: str, conn: Connection
 ) -> dict[str, Any]:
     try:
-        revision = apply_revision(conn, body, who.name, comment)
+        revision = apply_revision(conn, body, who.name, comment, ctx.clock())
     except ConfigError as exc:
         raise ApiError(422, str(exc)) from None
     return {"revision": revision}
@@ -135,6 +135,31 @@ async def set_queue(request: Request, name: str, change: QueueChange) -> Respons
     fields = change.model_dump(exclude_none=True, exclude={"comment"})
     entry.update(fields)
     comment = change.comment or f"queue {name}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
+    request.state.audit_detail = comment
+    out = await ctx.write(lambda conn: _revise(ctx, who, body, comment, conn))
+    ctx.invalidate_model()
+    return json_response(out)
+
+
+class PolicyChange(BaseModel):
+    name: str = Field(description="a policy of `corral policies`: default, fifo, sjf, las")
+    args: dict[str, dict[str, Any]] | None = Field(None, description="plugin arguments, by plugin")
+    comment: str = ""
+
+
+@router.put("/policy", tags=["config"])
+async def set_policy(request: Request, change: PolicyChange) -> Response:
+    """Change the scheduling policy: a new configuration revision (rolled back like any other)."""
+    ctx, who = _ctx(request), _who(request)
+    _admin(who, "change the policy")
+    model, _ = ctx.model()
+    body = copy.deepcopy(model.body)
+    body["policy"] = change.name
+    if change.args is not None:
+        body["policy_args"] = change.args
+    else:
+        body.pop("policy_args", None)
+    comment = change.comment or f"policy {change.name}"
     request.state.audit_detail = comment
     out = await ctx.write(lambda conn: _revise(ctx, who, body, comment, conn))
     ctx.invalidate_model()

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, insert, select, update
 from corral.config.cluster_file import ClusterConfig, parse_cluster_config
 from corral.core.model import NodeName, NodeSpec, NodeState
 from corral.core.state import ClusterState
+from corral.policies.registry import load_policy
 from corral.store import schema
 from corral.store.engine import append_events, dumps
 
@@ -110,13 +111,18 @@ def load_cluster(conn: Connection) -> ClusterModel:
     return ClusterModel(revision, body, replace(config, nodes=specs), states, rows)
 
 
-def apply_revision(conn: Connection, body: dict[str, Any], author: str, comment: str) -> int:
+def apply_revision(
+    conn: Connection, body: dict[str, Any], author: str, comment: str, now: float | None = None
+) -> int:
     """Validate `body` as a cluster file, store it as a new active revision, declare its nodes.
 
+    `now` (default: the wall clock) is the time of the revision and of its `cluster` event.
     Raises ConfigError (nothing written) when the document is invalid.
     """
     config = parse_cluster_config(body, "cluster configuration")
-    now = time.time()
+    if "policy" in body or "policy_args" in body:  # a policy kept with the configuration: check it now
+        load_policy(str(body.get("policy", "default")), body.get("policy_args"))
+    now = time.time() if now is None else now
     revision = conn.execute(
         insert(schema.config_revisions).values(
             created_at=now, author=author, comment=comment, body=dumps(body)
@@ -146,7 +152,8 @@ def apply_revision(conn: Connection, body: dict[str, Any], author: str, comment:
                 )
             )
     model = load_cluster(conn)
-    append_events(conn, [cluster_event(model, model.config.nodes)], conn.dialect.name == "sqlite")
+    event = {"t": now, **cluster_event(model, model.config.nodes)}
+    append_events(conn, [event], conn.dialect.name == "sqlite")
     return rev_id
 
 

@@ -87,6 +87,9 @@ class Scheduler:
             )
             model = load_cluster(conn)
             self.revision = model.revision
+            self.profile = load_policy(
+                str(model.body.get("policy", self.policy)), model.body.get("policy_args")
+            )
             state = model.build_state()
             self.paused = get_setting(conn, "scheduler.paused", "0") == "1"
             j, a = schema.jobs, schema.attempts
