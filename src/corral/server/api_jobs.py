@@ -192,8 +192,8 @@ def _history(ctx: Context, who: Principal, job_id: str) -> dict[str, Any]:
             )
         ]
         reasons = [
-            {"t": x.t, "code": x.code, "message": x.message}
-            for x in conn.execute(select(r).where(r.c.job_id == job_id).order_by(r.c.id))
+            {"t": x["t"], "code": x["code"], "message": x["message"]}  # Row.t is Row's own tuple view
+            for x in conn.execute(select(r).where(r.c.job_id == job_id).order_by(r.c.id)).mappings()
         ]
     return {"events": events, "reasons": reasons}
 

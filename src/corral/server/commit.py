@@ -97,14 +97,13 @@ class Batch:
                 started_at=self.now,
             )
         )
-        conn.execute(
-            insert(schema.allocations),
-            [
-                {"job_id": s.job, "attempt": s.attempt, "node": r.node, "gpu": g, "live": 1}
-                for r in s.placement
-                for g in r.gpus
-            ],
-        )
+        gpus = [
+            {"job_id": s.job, "attempt": s.attempt, "node": r.node, "gpu": g, "live": 1}
+            for r in s.placement
+            for g in r.gpus
+        ]
+        if gpus:  # a job of 0 GPUs holds none (an empty executemany would insert one empty row)
+            conn.execute(insert(schema.allocations), gpus)
         self.events(
             [{"event": "start", "t": self.now, "job": s.job, "attempt": s.attempt, "placement": placement}]
         )

@@ -29,4 +29,7 @@ if __name__ == "__main__":
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     threading.Thread(target=_parent_watch, daemon=True).start()
-    main(args.database_url, args.policy)
+    try:
+        main(args.database_url, args.policy)
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group of `corral server`/`up`
+        sys.exit(0)
