@@ -1,0 +1,307 @@
+"""`Client`: one synchronous httpx session against a Corral server, a method per `/v1` route.
+
+Methods return the API's JSON objects unchanged (readers ignore fields they do not know).
+A refusal raises `ClientError` built from the server's body `{"error", "fix", "code"}`; a
+server that cannot be reached raises one with `status == UNREACHABLE` that says how to start it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import httpx
+
+__all__ = ["DEFAULT_SERVER", "UNREACHABLE", "Client", "ClientError", "JsonObject"]
+
+DEFAULT_SERVER = "http://127.0.0.1:8400"
+UNREACHABLE = 0  # ClientError.status when no HTTP answer came back
+PAGE = 1000  # jobs or events asked for per request when paging
+
+JsonObject = dict[str, Any]
+
+
+class ClientError(Exception):
+    """The server refused a request (`status` is its HTTP status), or could not be reached (0)."""
+
+    def __init__(self, status: int, message: str, fix: str = "", code: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.fix = fix
+        self.code = code
+
+    def __str__(self) -> str:
+        return f"{self.message} (fix: {self.fix})" if self.fix else self.message
+
+    @property
+    def is_unreachable(self) -> bool:
+        return self.status == UNREACHABLE
+
+
+def _refusal(response: httpx.Response) -> ClientError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return ClientError(
+            response.status_code, body["error"], str(body.get("fix") or ""), str(body.get("code") or "")
+        )
+    if isinstance(body, dict) and "detail" in body:  # a route the server does not have
+        detail = body["detail"]
+        message = detail if isinstance(detail, str) else str(detail)
+        return ClientError(
+            response.status_code,
+            f"{response.request.method} {response.request.url.path}: {message}",
+            "the server may be older than this client: compare `corral version` on both",
+        )
+    text = response.text.strip().replace("\n", " ")[:200]
+    return ClientError(
+        response.status_code, f"HTTP {response.status_code} from the server: {text or '(empty)'}"
+    )
+
+
+class Client:
+    """A session with one server; use as a context manager, or call `close()`."""
+
+    def __init__(
+        self,
+        server: str = DEFAULT_SERVER,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not server.startswith(("http://", "https://")):
+            raise ValueError(f"server URL {server!r} must start with http:// or https://")
+        self.server = server.rstrip("/")
+        self.timeout = timeout
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout, transport=transport)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: object = None,
+        wait: float = 0.0,
+    ) -> Any:
+        """One call; the decoded JSON answer. `wait` (long polls) is added to the timeout."""
+        try:
+            response = self._http.request(method, path, params=params, json=body, timeout=self.timeout + wait)
+        except httpx.ConnectError as exc:
+            raise ClientError(
+                UNREACHABLE,
+                f"the Corral server at {self.server} is not reachable ({_why(exc)})",
+                "start one with `corral up` (this machine) or `corral server`, "
+                "or point at yours with --server URL or CORRAL_SERVER",
+            ) from None
+        except httpx.TimeoutException:
+            raise ClientError(
+                UNREACHABLE,
+                f"the Corral server at {self.server} did not answer within {self.timeout + wait:g}s",
+                "check that it is running and not overloaded, then try again",
+            ) from None
+        except httpx.HTTPError as exc:
+            raise ClientError(
+                UNREACHABLE, f"talking to the Corral server at {self.server} failed: {exc}", "try again"
+            ) from None
+        if not response.is_success:
+            raise _refusal(response)
+        return response.json()
+
+    # ---- health and agents -----------------------------------------------------------------
+    def healthz(self) -> JsonObject:
+        out: JsonObject = self.request("GET", "/healthz")
+        return out
+
+    def register_agent(self, inventory: Mapping[str, Any]) -> JsonObject:
+        """Register a node (an agent token bound to it, or an admin token): its incarnation."""
+        out: JsonObject = self.request("POST", "/v1/agents/register", body=dict(inventory))
+        return out
+
+    def heartbeat(self, node: str, incarnation: int) -> JsonObject:
+        out: JsonObject = self.request(
+            "POST", f"/v1/agents/{node}/heartbeat", body={"incarnation": incarnation}
+        )
+        return out
+
+    # ---- jobs ------------------------------------------------------------------------------
+    def submit(self, spec: Mapping[str, Any]) -> JsonObject:
+        """Submit a job spec (DESIGN.md 4.2); the job object, as `job()` returns it."""
+        out: JsonObject = self.request("POST", "/v1/jobs", body=dict(spec))
+        return out
+
+    def jobs(
+        self,
+        *,
+        state: list[str] | None = None,
+        queue: str | None = None,
+        user: str | None = None,
+        limit: int = PAGE,
+        after: int = 0,
+    ) -> list[JsonObject]:
+        """One page of jobs, oldest first; each has a `seq` to pass as `after` for the next page.
+
+        `state` may include `active` (pending or live); no state means every state."""
+        params: dict[str, Any] = {"limit": limit, "after": after}
+        if state:
+            params["state"] = state
+        if queue:
+            params["queue"] = queue
+        if user:
+            params["user"] = user
+        out: list[JsonObject] = self.request("GET", "/v1/jobs", params=params)["jobs"]
+        return out
+
+    def iter_jobs(
+        self, *, state: list[str] | None = None, queue: str | None = None, user: str | None = None
+    ) -> Iterator[JsonObject]:
+        """Every matching job, oldest first, fetched page by page."""
+        after = 0
+        while True:
+            page = self.jobs(state=state, queue=queue, user=user, limit=PAGE, after=after)
+            yield from page
+            if len(page) < PAGE:
+                return
+            after = page[-1]["seq"]
+
+    def job(self, job_id: str) -> JsonObject:
+        out: JsonObject = self.request("GET", f"/v1/jobs/{job_id}")
+        return out
+
+    def job_events(self, job_id: str) -> JsonObject:
+        """`{"events": [...], "reasons": [{"t", "code", "message"}...]}` for one job."""
+        out: JsonObject = self.request("GET", f"/v1/jobs/{job_id}/events")
+        return out
+
+    def _job_action(self, job_id: str, action: str) -> JsonObject:
+        out: JsonObject = self.request("POST", f"/v1/jobs/{job_id}/{action}")
+        return out
+
+    def cancel(self, job_id: str) -> JsonObject:
+        """Cancel: a pending job at once; a running one is told to checkpoint and stop."""
+        return self._job_action(job_id, "cancel")
+
+    def hold(self, job_id: str) -> JsonObject:
+        return self._job_action(job_id, "hold")
+
+    def release(self, job_id: str) -> JsonObject:
+        return self._job_action(job_id, "release")
+
+    def requeue(self, job_id: str) -> JsonObject:
+        return self._job_action(job_id, "requeue")
+
+    # ---- nodes -----------------------------------------------------------------------------
+    def nodes(self) -> list[JsonObject]:
+        out: list[JsonObject] = self.request("GET", "/v1/nodes")["nodes"]
+        return out
+
+    def _node_action(self, name: str, action: str, body: JsonObject) -> JsonObject:
+        out: JsonObject = self.request("POST", f"/v1/nodes/{name}/{action}", body=body)
+        return out
+
+    def cordon(self, name: str, reason: str = "") -> JsonObject:
+        return self._node_action(name, "cordon", {"reason": reason})
+
+    def drain(self, name: str, deadline: float | None = None, reason: str = "") -> JsonObject:
+        """No new work; the node's jobs are checkpointed and requeued `deadline` seconds from now."""
+        return self._node_action(name, "drain", {"reason": reason, "deadline": deadline})
+
+    def undrain(self, name: str) -> JsonObject:
+        return self._node_action(name, "undrain", {})
+
+    # ---- queues and configuration revisions ------------------------------------------------
+    def queues(self) -> list[JsonObject]:
+        out: list[JsonObject] = self.request("GET", "/v1/queues")["queues"]
+        return out
+
+    def set_queue(self, name: str, change: Mapping[str, Any], comment: str = "") -> JsonObject:
+        """Change (or add) queue `name` with the given fields; `{"revision": N}`."""
+        body = {k: v for k, v in change.items() if v is not None}
+        if comment:
+            body["comment"] = comment
+        out: JsonObject = self.request("PUT", f"/v1/queues/{name}", body=body)
+        return out
+
+    def config(self) -> JsonObject:
+        out: JsonObject = self.request("GET", "/v1/config")
+        return out
+
+    def revisions(self) -> JsonObject:
+        """`{"active": N, "revisions": [{"revision", "created_at", "author", "comment"}...]}`."""
+        out: JsonObject = self.request("GET", "/v1/config/revisions")
+        return out
+
+    def rollback(self, revision: int) -> JsonObject:
+        out: JsonObject = self.request("POST", "/v1/config/rollback", body={"revision": revision})
+        return out
+
+    # ---- the event log, audit, usage -------------------------------------------------------
+    def events(self, *, after: int = 0, limit: int = PAGE, wait: float = 0.0) -> list[JsonObject]:
+        """Events of DESIGN.md 4.6 with `seq > after`; waits up to `wait` s (at most 60) for one."""
+        out: list[JsonObject] = self.request(
+            "GET", "/v1/events", params={"after": after, "limit": limit, "wait": wait}, wait=wait
+        )
+        return out
+
+    def audit(self, *, limit: int = 200, after: int = 0) -> list[JsonObject]:
+        out: list[JsonObject] = self.request("GET", "/v1/audit", params={"limit": limit, "after": after})[
+            "audit"
+        ]
+        return out
+
+    def usage(self, *, since: float = 0.0) -> list[JsonObject]:
+        """GPU-hours per queue and user since the Unix time `since`."""
+        out: list[JsonObject] = self.request("GET", "/v1/usage", params={"since": since})["usage"]
+        return out
+
+    # ---- tokens and admin verbs ------------------------------------------------------------
+    def create_token(
+        self, name: str, role: str, *, team: str = "", node: str = "", run_as: str = ""
+    ) -> JsonObject:
+        """A new token; the secret (`token`) is in this answer only."""
+        body = {"name": name, "role": role, "team": team, "node": node, "run_as": run_as}
+        out: JsonObject = self.request("POST", "/v1/tokens", body=body)
+        return out
+
+    def tokens(self) -> list[JsonObject]:
+        out: list[JsonObject] = self.request("GET", "/v1/tokens")["tokens"]
+        return out
+
+    def revoke_token(self, token_id: str) -> JsonObject:
+        out: JsonObject = self.request("DELETE", f"/v1/tokens/{token_id}")
+        return out
+
+    def pause(self) -> JsonObject:
+        """Freeze scheduling decisions (running jobs are untouched)."""
+        out: JsonObject = self.request("POST", "/v1/admin/pause")
+        return out
+
+    def resume(self) -> JsonObject:
+        out: JsonObject = self.request("POST", "/v1/admin/resume")
+        return out
+
+    def backup(self, path: str) -> JsonObject:
+        """An online copy of the database to `path` on the server's machine."""
+        out: JsonObject = self.request("POST", "/v1/admin/backup", body={"path": path})
+        return out
+
+
+def _why(exc: httpx.ConnectError) -> str:
+    text = str(exc)
+    if "refused" in text.lower():
+        return "connection refused"
+    return text or type(exc).__name__
