@@ -14,7 +14,11 @@ import typer
 
 app = typer.Typer(
     name="corral",
-    help="Corral: a GPU cluster scheduler. Exit codes: 0 ok, 1 a job was rejected, 2 bad input.",
+    help=(
+        "Corral: a GPU cluster scheduler.\n\n"
+        "Exit codes: 0 ok; 1 refused by the server (a state conflict, a job that can never run: "
+        "rejected); 2 bad input; 3 not authorised, or not found; 4 the server is unreachable."
+    ),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -238,4 +242,7 @@ def main() -> None:  # pragma: no cover - console entry point
 
 
 # commands that live in their own modules register themselves on `app`
+from corral.cli import client_cmds as _client_cmds  # noqa: E402,F401
+from corral.cli import ops_cmds as _ops_cmds  # noqa: E402,F401
 from corral.cli import serve as _serve  # noqa: E402,F401
+from corral.cli import up as _up  # noqa: E402,F401

@@ -20,7 +20,7 @@ DatabaseUrl = Annotated[
 ]
 
 
-@app.command()
+@app.command(rich_help_panel="Control plane")
 def server(
     database_url: DatabaseUrl = None,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
@@ -62,7 +62,7 @@ def server(
     )
 
 
-@app.command()
+@app.command(rich_help_panel="Control plane")
 def scheduler(
     database_url: DatabaseUrl = None,
     policy: Annotated[str, typer.Option(help="scheduling policy")] = "default",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,8 @@ def read_config() -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"error: cannot read {path}: {exc}; fix or delete it") from None
+        print(f"error: cannot read {path}: {exc} (fix: correct or delete the file)", file=sys.stderr)
+        raise SystemExit(2) from None
     return data if isinstance(data, dict) else {}
 
 
@@ -46,7 +48,27 @@ def write_config(values: dict[str, Any]) -> Path:
     data.update(values)
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # also when a stale temporary file had wider permissions
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=2)
     os.replace(tmp, path)
     return path
+
+
+def resolve_connection(server: str | None, token: str | None) -> tuple[str, str | None]:
+    """The server URL and token a command uses: its flags, then `CORRAL_SERVER` and
+    `CORRAL_TOKEN`, then the config file (`corral up` writes one), then the local default."""
+    from corral.client import DEFAULT_SERVER
+
+    config: dict[str, Any] | None = None
+
+    def from_config(key: str) -> str | None:
+        nonlocal config
+        if config is None:
+            config = read_config()
+        value = config.get(key)
+        return value if isinstance(value, str) and value else None
+
+    url = server or os.environ.get("CORRAL_SERVER") or from_config("server") or DEFAULT_SERVER
+    secret = token or os.environ.get("CORRAL_TOKEN") or from_config("token")
+    return url, secret

@@ -1,0 +1,433 @@
+"""The operators' commands: `nodes` (cordon, drain, undrain), `queues` (set, history, rollback),
+`audit`, `token create|list|revoke` and `admin pause|resume|backup|restore` (DESIGN.md 4.9)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from corral.cli.main import app
+from corral.cli.remote import (
+    JsonOpt,
+    ServerOpt,
+    TokenOpt,
+    connect,
+    fail,
+    gpu_ranges,
+    print_json,
+    print_table,
+    seconds_text,
+    when,
+)
+
+PANEL = "Cluster and admin"
+
+NodeArg = Annotated[str, typer.Argument(metavar="NODE", help="the node's name")]
+Reason = Annotated[str, typer.Option(help="why (shown in `corral nodes`)")]
+
+# ---- nodes -------------------------------------------------------------------------------------
+nodes_app = typer.Typer(help="Nodes: list them, or (admins) cordon, drain and undrain one.")
+app.add_typer(nodes_app, name="nodes", rich_help_panel=PANEL, invoke_without_command=True)
+
+
+@nodes_app.callback(invoke_without_command=True)
+def nodes(
+    ctx: typer.Context, server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """List nodes: state, GPUs allocated and free, unhealthy GPUs, heartbeat age, reason."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with connect(ctx, server, token) as corral:
+        found = corral.nodes()
+    if as_json:
+        print_json({"nodes": found})
+        return
+    rows = [
+        (
+            n["name"],
+            n["state"],
+            f"{n['allocated']}/{n['gpus']}",
+            n["free"],
+            n["gpu_model"],
+            gpu_ranges(n["unhealthy"]) if n["unhealthy"] else "",
+            f"{n['heartbeat_age_s']:.0f}s ago" if n.get("heartbeat_age_s") is not None else "",
+            n["reason"] + (f" (deadline {when(n['drain_deadline'])})" if n.get("drain_deadline") else ""),
+        )
+        for n in found
+    ]
+    print_table(
+        ("NODE", "STATE", "GPUS USED", "FREE", "MODEL", "UNHEALTHY", "HEARTBEAT", "REASON"),
+        rows,
+        empty="no nodes yet: declare them in the cluster file, or start an agent",
+    )
+
+
+def _node_change(
+    ctx: typer.Context,
+    action: str,
+    name: str,
+    server: str | None,
+    token: str | None,
+    as_json: bool,
+    **kw: Any,
+) -> None:
+    with connect(ctx, server, token) as corral:
+        out = getattr(corral, action)(name, **kw)
+    if as_json:
+        print_json(out)
+    else:
+        typer.echo(f"{out['name']}: {out['state']}" + (f" ({out['reason']})" if out.get("reason") else ""))
+
+
+@nodes_app.command()
+def cordon(
+    ctx: typer.Context,
+    node: NodeArg,
+    reason: Reason = "",
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """No new work on the node; its running jobs go on."""
+    _node_change(ctx, "cordon", node, server, token, as_json, reason=reason)
+
+
+@nodes_app.command()
+def drain(
+    ctx: typer.Context,
+    node: NodeArg,
+    deadline: Annotated[
+        str | None,
+        typer.Option(
+            help="when its jobs are stopped and requeued, e.g. 10m (default: now, after each "
+            "job's checkpoint grace)",
+            show_default=False,
+        ),
+    ] = None,
+    reason: Reason = "",
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """No new work on the node; by the deadline its jobs get their checkpoint signal and are requeued."""
+    seconds = None
+    if deadline is not None:
+        from corral.config.durations import parse_duration
+
+        try:
+            seconds = parse_duration(deadline)
+        except ValueError as exc:
+            fail(f"--deadline {deadline!r}: {exc}")
+    _node_change(ctx, "drain", node, server, token, as_json, deadline=seconds, reason=reason)
+
+
+@nodes_app.command()
+def undrain(
+    ctx: typer.Context,
+    node: NodeArg,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Take new work on a cordoned or draining node again."""
+    _node_change(ctx, "undrain", node, server, token, as_json)
+
+
+# ---- queues ------------------------------------------------------------------------------------
+queues_app = typer.Typer(help="Queues: list them, or (admins) change one, see the history, roll back.")
+app.add_typer(queues_app, name="queues", rich_help_panel=PANEL, invoke_without_command=True)
+
+
+@queues_app.callback(invoke_without_command=True)
+def queues(
+    ctx: typer.Context, server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """List the queues you may use: weight, quota, limit, GPUs allocated, pending jobs, share."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with connect(ctx, server, token) as corral:
+        found = corral.queues()
+    if as_json:
+        print_json({"queues": found})
+        return
+    rows = [
+        (
+            q["name"],
+            f"{q['weight']:g}",
+            q["quota"],
+            "-" if q["limit"] is None else q["limit"],
+            q["cohort"],
+            q["allocated_gpus"],
+            q["pending_jobs"],
+            f"{q['share']:.0%}",
+            f"{q['fair_share']:.0%}",
+        )
+        for q in found
+    ]
+    print_table(
+        ("QUEUE", "WEIGHT", "QUOTA", "LIMIT", "COHORT", "GPUS USED", "PENDING", "SHARE", "FAIR SHARE"),
+        rows,
+        empty="no queue you may use: ask an admin to add your team to one",
+    )
+
+
+@queues_app.command("set")
+def set_queue(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="the queue (a new name adds one)")],
+    weight: Annotated[float | None, typer.Option(help="share of what lies above the quotas")] = None,
+    quota: Annotated[int | None, typer.Option(help="guaranteed GPUs")] = None,
+    limit: Annotated[int | None, typer.Option(help="at most this many GPUs in use")] = None,
+    cohort: Annotated[str | None, typer.Option(help="queues that lend idle GPUs to each other")] = None,
+    lending_limit: Annotated[int | None, typer.Option(help="idle guaranteed GPUs lent at most")] = None,
+    team: Annotated[
+        list[str] | None, typer.Option(help="team that may submit; repeat", show_default=False)
+    ] = None,
+    priority: Annotated[
+        list[str] | None, typer.Option(help="allowed priority class; repeat", show_default=False)
+    ] = None,
+    default_time_limit: Annotated[str | None, typer.Option(help="e.g. 4h")] = None,
+    max_time_limit: Annotated[str | None, typer.Option(help="e.g. 7d")] = None,
+    mount_allow: Annotated[
+        list[str] | None, typer.Option(help="a path jobs may mount from; repeat", show_default=False)
+    ] = None,
+    comment: Annotated[str, typer.Option(help="why (kept in the history)")] = "",
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Change (or add) a queue: a new configuration revision, audited, that `rollback` can undo."""
+    change = {
+        "weight": weight,
+        "quota": quota,
+        "limit": limit,
+        "cohort": cohort,
+        "lending_limit": lending_limit,
+        "teams": team,
+        "priorities": priority,
+        "default_time_limit": default_time_limit,
+        "max_time_limit": max_time_limit,
+        "mount_allowlist": mount_allow,
+    }
+    if all(v is None for v in change.values()):
+        fail("nothing to change", "give at least one of --weight, --quota, --limit, --cohort, ...")
+    with connect(ctx, server, token) as corral:
+        out = corral.set_queue(name, change, comment)
+    if as_json:
+        print_json(out)
+    else:
+        typer.echo(f"queue {name} changed: configuration revision {out['revision']}")
+
+
+@queues_app.command()
+def history(
+    ctx: typer.Context, server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Every configuration revision, oldest first; `*` marks the active one."""
+    with connect(ctx, server, token) as corral:
+        out = corral.revisions()
+    if as_json:
+        print_json(out)
+        return
+    rows = [
+        (
+            ("* " if r["revision"] == out["active"] else "  ") + str(r["revision"]),
+            when(r["created_at"]),
+            r["author"],
+            r["comment"],
+        )
+        for r in out["revisions"]
+    ]
+    print_table(
+        ("REVISION", "CREATED", "AUTHOR", "COMMENT"), rows, empty="no revisions: the built-in default"
+    )
+
+
+@queues_app.command()
+def rollback(
+    ctx: typer.Context,
+    revision: Annotated[int, typer.Argument(metavar="REVISION", help="from `corral queues history`")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Make an earlier configuration revision active again (as a new revision)."""
+    with connect(ctx, server, token) as corral:
+        out = corral.rollback(revision)
+    if as_json:
+        print_json(out)
+    else:
+        typer.echo(f"rolled back to revision {revision}: now revision {out['revision']}")
+
+
+# ---- audit -------------------------------------------------------------------------------------
+@app.command(rich_help_panel=PANEL)
+def audit(
+    ctx: typer.Context,
+    limit: Annotated[int, typer.Option(help="the newest this many records", min=1, max=10_000)] = 200,
+    after: Annotated[int, typer.Option(help="only records with a larger id", min=0)] = 0,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Who changed what, and the result (admins): every mutating call leaves a record."""
+    with connect(ctx, server, token) as corral:
+        found = corral.audit(limit=limit, after=after)
+    if as_json:
+        print_json({"audit": found})
+        return
+    rows = [(a["id"], when(a["t"]), a["principal"], a["action"], a["result"], a["detail"]) for a in found]
+    print_table(("ID", "TIME", "WHO", "ACTION", "RESULT", "DETAIL"), rows, empty="no audit records")
+
+
+# ---- tokens ------------------------------------------------------------------------------------
+token_app = typer.Typer(help="API tokens (admins): create, list, revoke.", no_args_is_help=True)
+app.add_typer(token_app, name="token", rich_help_panel=PANEL)
+
+
+@token_app.command("create")
+def token_create(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="who or what holds it, e.g. alice")],
+    role: Annotated[str, typer.Option(help="admin, member or agent")],
+    team: Annotated[str, typer.Option(help="member: the team whose queues and jobs it may use")] = "",
+    node: Annotated[str, typer.Option(help="agent: bind it to this node now")] = "",
+    run_as: Annotated[str, typer.Option(help="member: the Unix user its jobs run as")] = "",
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a token; its secret is printed this once."""
+    with connect(ctx, server, token) as corral:
+        out = corral.create_token(name, role, team=team, node=node, run_as=run_as)
+    if as_json:
+        print_json(out)
+        return
+    who = f"{out['role']} {out['name']}" + (f", team {out['team']}" if out.get("team") else "")
+    typer.echo(f"token {out['id']} ({who}); the secret, shown only now:")
+    typer.echo(out["token"])
+
+
+@token_app.command("list")
+def token_list(
+    ctx: typer.Context, server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Every token (never a secret), revoked ones too."""
+    with connect(ctx, server, token) as corral:
+        found = corral.tokens()
+    if as_json:
+        print_json({"tokens": found})
+        return
+    rows = [
+        (
+            t["id"],
+            t["name"],
+            t["role"],
+            t.get("team"),
+            t.get("node"),
+            t.get("run_as"),
+            when(t.get("created_at")),
+            t.get("created_by"),
+            when(t["revoked_at"]) if t.get("revoked_at") else "",
+        )
+        for t in found
+    ]
+    print_table(("ID", "NAME", "ROLE", "TEAM", "NODE", "RUN AS", "CREATED", "BY", "REVOKED"), rows)
+
+
+@token_app.command("revoke")
+def token_revoke(
+    ctx: typer.Context,
+    token_id: Annotated[str, typer.Argument(metavar="ID", help="from `corral token list`")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Revoke a token at once."""
+    with connect(ctx, server, token) as corral:
+        out = corral.revoke_token(token_id)
+    if as_json:
+        print_json(out)
+    else:
+        typer.echo(f"token {out['revoked']} revoked")
+
+
+# ---- admin verbs -------------------------------------------------------------------------------
+admin_app = typer.Typer(help="Control-plane operations (admins).", no_args_is_help=True)
+app.add_typer(admin_app, name="admin", rich_help_panel=PANEL)
+
+
+@admin_app.command()
+def pause(
+    ctx: typer.Context, server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Freeze scheduling decisions; running jobs go on, submissions are still taken."""
+    with connect(ctx, server, token) as corral:
+        out = corral.pause()
+    if as_json:
+        print_json(out)
+    else:
+        typer.echo("scheduling paused (`corral admin resume` to go on)")
+
+
+@admin_app.command()
+def resume(
+    ctx: typer.Context, server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Resume scheduling after `pause`."""
+    with connect(ctx, server, token) as corral:
+        out = corral.resume()
+    if as_json:
+        print_json(out)
+    else:
+        typer.echo("scheduling resumed")
+
+
+@admin_app.command()
+def backup(
+    ctx: typer.Context,
+    path: Annotated[str, typer.Argument(metavar="PATH", help="file on the server's machine")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """An online, consistent copy of the database (SQLite backup API, or pg_dump), while it runs."""
+    target = str(Path(path).absolute())  # the server resolves paths from its own directory
+    with connect(ctx, server, token) as corral:
+        out = corral.backup(target)
+    if as_json:
+        print_json(out)
+    else:
+        typer.echo(f"backup written to {out['path']} ({out['bytes']} bytes, {seconds_text(out['seconds'])})")
+
+
+@admin_app.command()
+def restore(
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="a file `corral admin backup` wrote")],
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            envvar="CORRAL_DATABASE_URL",
+            help="the database to replace (default: corral.db in the data directory)",
+        ),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+) -> None:
+    """Replace a database with a backup. Offline: stop the server (and scheduler) first."""
+    from corral.cli.settings import data_dir, default_database_url
+
+    url = database_url or default_database_url(data_dir())
+    if not path.is_file():
+        fail(f"no backup file {path}", "give the path `corral admin backup` wrote")
+    if not yes:
+        typer.confirm(f"Replace the database {url} with {path}? The server must be stopped", abort=True)
+    from corral.server.backup import restore as restore_database
+
+    try:
+        restore_database(url, str(path))
+    except Exception as exc:  # sqlite3, pg_restore: what failed is in the message
+        fail(f"restore failed: {exc}", "check that the server is stopped and the URL is right", code=1)
+    typer.echo(f"restored {url} from {path}; start the server again")

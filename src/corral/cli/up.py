@@ -1,0 +1,289 @@
+"""`corral up`: a one-machine Corral in one command.
+
+It runs the control plane in the foreground (API and scheduler, SQLite in the data directory,
+dynamic nodes allowed, no cluster file: one `default` queue), and, once the API answers,
+registers this machine as a node with the GPUs NVML finds (or `--gpus N --gpu-model M`)
+through the agents' API with an agent token of its own, and writes the server URL and an
+admin token to your config (mode 0600) so `corral submit` works from any terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from corral.cli.main import app
+from corral.cli.remote import fail
+
+PANEL = "Control plane"
+
+if TYPE_CHECKING:
+    from corral.client import Client, JsonObject
+
+DECLARE_HINT = "corral up --gpus 8 --gpu-model H100-80GB"
+AGENT_PENDING = (
+    "Jobs are placed on this node but wait in `starting` until a node agent runs them "
+    "(the agent, `corral agent`, is not built yet)."
+)
+
+
+@dataclass(frozen=True)
+class Gpus:
+    """What this machine has, and why it has none when it has none."""
+
+    count: int
+    model: str = ""
+    memory_gib: float = 0.0
+    why_none: str = ""
+
+
+def detect_gpus() -> Gpus:
+    """The NVIDIA GPUs NVML sees (through nvidia-ml-py, when it is installed)."""
+    try:
+        nvml: Any = importlib.import_module("pynvml")
+    except ImportError:
+        return Gpus(0, why_none="nvidia-ml-py is not installed")
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # NVMLError: no driver, no library
+        return Gpus(0, why_none=f"NVML: {exc}")
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+        if count == 0:
+            return Gpus(0, why_none="NVML sees no GPU")
+        handle = nvml.nvmlDeviceGetHandleByIndex(0)
+        name = nvml.nvmlDeviceGetName(handle)
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        memory = float(nvml.nvmlDeviceGetMemoryInfo(handle).total) / 2**30
+    except Exception as exc:
+        return Gpus(0, why_none=f"NVML: {exc}")
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+    from corral.config.gpu_models import normalise_gpu_model
+
+    return Gpus(count, normalise_gpu_model(name), round(memory, 1))
+
+
+def local_inventory(node: str, gpus: Gpus) -> dict[str, Any]:
+    """The registration body for this machine (the agents' API)."""
+    try:
+        memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        memory_gib = 0.0
+    return {
+        "node": node,
+        "gpus": gpus.count,
+        "gpu_model": gpus.model,
+        "gpu_memory_gib": gpus.memory_gib,
+        "cpus": os.cpu_count() or 0,
+        "memory_gib": round(memory_gib, 1),
+        "address": "127.0.0.1",
+    }
+
+
+def _model(name: str | None) -> str:
+    from corral.config.gpu_models import normalise_gpu_model
+
+    return normalise_gpu_model(name) if name else ""
+
+
+def _port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+@app.command(rich_help_panel=PANEL)
+def up(
+    port: Annotated[int, typer.Option(help="TCP port of the API")] = 8400,
+    host: Annotated[str, typer.Option(help="address to listen on (beyond loopback: use `corral server`)")] = (
+        "127.0.0.1"
+    ),
+    gpus: Annotated[
+        int | None,
+        typer.Option(help="declare this many GPUs instead of asking NVML", min=0, show_default=False),
+    ] = None,
+    gpu_model: Annotated[str | None, typer.Option(help="their model, e.g. H100-80GB")] = None,
+    node: Annotated[str | None, typer.Option(help="this node's name (default: the host name)")] = None,
+    policy: Annotated[str, typer.Option(help="scheduling policy (see `corral policies`)")] = "default",
+) -> None:
+    """Run Corral on this machine: API, scheduler and this machine as its node; Ctrl-C stops it."""
+    from corral.cli.settings import data_dir, default_database_url
+    from corral.server.main import ServerOptions, check_listen, serve
+
+    directory = data_dir()
+    opts = ServerOptions(
+        database_url=default_database_url(directory),
+        host=host,
+        port=port,
+        data_dir=directory,
+        policy=policy,
+        allow_dynamic_nodes=True,
+    )
+    check_listen(opts)
+    if not _port_is_free(host, port):
+        fail(
+            f"port {port} on {host} is in use (is `corral up` running already?)", "choose another with --port"
+        )
+    if gpus is not None:
+        found = Gpus(gpus, _model(gpu_model), why_none="declared with --gpus 0" if gpus == 0 else "")
+    else:
+        found = detect_gpus()
+        if gpu_model and found.count:
+            found = Gpus(found.count, _model(gpu_model), found.memory_gib)
+    name = node or socket.gethostname()
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    joiner = threading.Thread(
+        target=_join,
+        args=(url, directory, local_inventory(name, found), found),
+        name="corral-up-node",
+        daemon=True,
+    )
+    joiner.start()
+    try:
+        serve(opts)
+    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it shut down on: the normal way out
+        typer.echo("corral up: stopped")
+
+
+def _join(url: str, directory: Path, inventory: dict[str, Any], gpus: Gpus) -> None:
+    """After the API answers: register the node, write the config, say what is where; heartbeat."""
+    from corral.cli.remote import say_error
+    from corral.client import ClientError
+
+    try:
+        _wait_healthy(url)
+        admin = _admin_token(url, directory)
+        node, joined = _register(url, directory, admin, inventory)
+        with node:
+            _announce(url, directory, admin, inventory, gpus)
+            _heartbeat(node, inventory, joined)
+    except ClientError as err:
+        if not err.is_unreachable:  # unreachable: the server is stopping
+            say_error(f"corral up could not register this node: {err.message}", err.fix)
+    except TimeoutError as exc:
+        say_error(str(exc), "see the server's messages above")
+
+
+def _wait_healthy(url: str, timeout: float = 120.0) -> None:
+    from corral.client import Client, ClientError
+
+    deadline = time.monotonic() + timeout
+    with Client(url, timeout=2.0) as probe:
+        while True:
+            try:
+                probe.healthz()
+                return
+            except ClientError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the API at {url} did not answer within {timeout:g}s") from None
+                time.sleep(0.1)
+
+
+def _admin_token(url: str, directory: Path) -> str:
+    """The admin token `corral server` wrote on a fresh database, else the one in your config."""
+    from corral.cli.settings import read_config
+    from corral.client import Client, ClientError
+
+    candidates = []
+    path = directory / "admin-token"
+    if path.is_file():
+        candidates.append(path.read_text().strip())
+    if isinstance(token := read_config().get("token"), str) and token:
+        candidates.append(token)
+    for token in candidates:
+        try:
+            with Client(url, token) as corral:
+                corral.tokens()  # admins only
+            return token
+        except ClientError as err:
+            if err.is_unreachable:
+                raise
+    raise ClientError(
+        401,
+        f"no admin token for this database in {path} or in your config",
+        f"delete {directory / 'corral.db'} to start afresh, or put an admin token in {path}",
+    )
+
+
+def _register(url: str, directory: Path, admin: str, inventory: dict[str, Any]) -> tuple[Client, JsonObject]:
+    """Register with the agent token kept in the data directory, or with a new one made for this node."""
+    from corral.client import Client, ClientError
+
+    path = directory / "agent-token"
+    if path.is_file():
+        node = Client(url, path.read_text().strip())
+        try:
+            return node, node.register_agent(inventory)
+        except ClientError as err:
+            node.close()
+            if err.status not in (401, 403):  # 401: revoked, 403: bound to another node
+                raise
+    with Client(url, admin) as corral:
+        made = corral.create_token(f"agent-{inventory['node']}", "agent", node=inventory["node"])
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(made["token"] + "\n")
+    node = Client(url, made["token"])
+    try:
+        return node, node.register_agent(inventory)
+    except ClientError:
+        node.close()
+        raise
+
+
+def _announce(url: str, directory: Path, admin: str, inventory: dict[str, Any], gpus: Gpus) -> None:
+    from corral.cli.settings import write_config
+
+    config = write_config({"server": url, "token": admin})
+    model = f" x {gpus.model}" if gpus.model else ""
+    lines = [
+        f"Corral is up: API {url}/v1, interactive docs {url}/docs (data in {directory}).",
+        f"Node {inventory['node']} joined with {gpus.count}{model} GPUs.",
+    ]
+    if gpus.count == 0:
+        lines.append(
+            f"No GPU declared or found ({gpus.why_none}), so this node has 0 GPUs. "
+            f"To declare some: {DECLARE_HINT}"
+        )
+    lines += [
+        f"Wrote the server URL and an admin token to {config} (mode 0600): "
+        "`corral submit` and `corral jobs` work from any terminal.",
+        AGENT_PENDING,
+        "Stop with Ctrl-C.",
+    ]
+    typer.echo("\n".join(lines))
+
+
+def _heartbeat(node: Client, inventory: dict[str, Any], joined: JsonObject) -> None:
+    """Keep the node's heartbeat going (register again when the server says it forgot us)."""
+    from corral.client import ClientError
+
+    interval = float(joined.get("heartbeat_interval_s", 5.0))
+    incarnation = int(joined["incarnation"])
+    while True:
+        time.sleep(interval)
+        try:
+            node.heartbeat(inventory["node"], incarnation)
+        except ClientError as err:
+            if err.is_unreachable:
+                continue
+            if err.status in (404, 409):
+                incarnation = int(node.register_agent(inventory)["incarnation"])
+            else:
+                raise

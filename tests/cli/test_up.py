@@ -1,0 +1,133 @@
+"""`corral up` on a temporary data directory: it serves, registers this machine, writes the config
+that the next `corral submit` uses; and `corral --help` stays light."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.cli.up import DECLARE_HINT, detect_gpus
+from tests.server.harness import free_port, wait_for
+
+CLI = [sys.executable, "-c", "from corral.cli.main import main; main()"]
+
+
+class Up:
+    """`corral up` as a child process, with its own data directory and user config."""
+
+    def __init__(self, tmp_path: Path, *args: str, port: int | None = None) -> None:
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.data_dir = tmp_path / "data"
+        self.config = tmp_path / "xdg-config" / "corral" / "config.json"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+        self.env.update(CORRAL_DATA_DIR=str(self.data_dir), XDG_CONFIG_HOME=str(tmp_path / "xdg-config"))
+        self.log = tmp_path / "up.log"
+        with open(self.log, "wb") as log:
+            command = [*CLI, "up", "--port", str(self.port), *args]
+            self.proc = subprocess.Popen(
+                command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def wait_ready(self) -> None:
+        def ready() -> bool:
+            assert self.proc.poll() is None, self.output()
+            return "Stop with Ctrl-C." in self.output()
+
+        wait_for(ready, timeout=60, interval=0.1)
+
+    def corral(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """A later `corral` command from "another terminal": only the config tells it where to go."""
+        return subprocess.run([*CLI, *args], env=self.env, capture_output=True, text=True, timeout=60)
+
+    def json(self, *args: str) -> Any:
+        at = args.index("--") if "--" in args else len(args)
+        done = self.corral(*args[:at], "--json", *args[at:])
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)  # Ctrl-C in its terminal
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def up_declared(tmp_path: Path) -> Iterator[Up]:
+    up = Up(tmp_path, "--gpus", "2", "--gpu-model", "NVIDIA H100 80GB HBM3", "--node", "workstation")
+    try:
+        yield up
+    finally:
+        up.stop()
+
+
+def test_up_serves_registers_the_node_and_writes_the_config(up_declared: Up) -> None:
+    up = up_declared
+    up.wait_ready()
+    out = up.output()
+    url = f"http://127.0.0.1:{up.port}"
+    assert f"API {url}/v1, interactive docs {url}/docs" in out
+    assert "Node workstation joined with 2 x H100-80GB GPUs." in out
+    assert "wait in `starting` until a node agent runs them" in out and DECLARE_HINT not in out
+    assert up.config.stat().st_mode & 0o777 == 0o600
+    config = json.loads(up.config.read_text())
+    assert config["server"] == url and config["token"] == (up.data_dir / "admin-token").read_text().strip()
+    nodes = up.json("nodes")["nodes"]
+    assert [(n["name"], n["state"], n["gpus"], n["gpu_model"]) for n in nodes] == [
+        ("workstation", "up", 2, "H100-80GB")
+    ]
+    job = up.json("submit", "--gpus", "2", "--", "python", "train.py")
+    assert job["queue"] == "default" and job["state"] == "pending"
+    placed = wait_for(lambda: (j := up.json("show", job["id"]))["state"] == "starting" and j, timeout=30)
+    assert placed["placement"] == [{"node": "workstation", "gpus": [0, 1]}]
+    too_big = up.corral("submit", "--gpus", "3", "--", "true")
+    assert too_big.returncode == 2 and "--replicas 3 --gpus-per-replica 1" in too_big.stderr
+    assert up.stop() == 0
+    assert "Traceback" not in up.output()
+
+
+def test_up_without_a_gpu_says_once_how_to_declare_some(tmp_path: Path) -> None:
+    if detect_gpus().count:
+        pytest.skip("this machine has NVIDIA GPUs")
+    up = Up(tmp_path)
+    try:
+        up.wait_ready()
+        out = up.output()
+        assert out.count(DECLARE_HINT) == 1 and f"Node {socket.gethostname()} joined with 0 GPUs." in out
+        job = up.json("submit", "--gpus", "0", "--", "echo", "hello")
+        wait_for(lambda: up.json("show", job["id"])["state"] == "starting", timeout=30)
+        second = Up(tmp_path / "again", port=up.port)  # the port is taken
+        assert second.proc.wait(60) == 2 and f"port {up.port} on 127.0.0.1 is in use" in second.output()
+    finally:
+        up.stop()
+
+
+def test_help_loads_neither_the_client_nor_the_server() -> None:
+    probe = (
+        "import sys\nfrom corral.cli.main import app\n"
+        "try:\n    app(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = ('httpx', 'fastapi', 'sqlalchemy', 'uvicorn')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy"
+        " or m.startswith(('corral.client', 'corral.server'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert "4 the server is unreachable" in " ".join(done.stdout.split())
