@@ -1,17 +1,10 @@
 #!/usr/bin/env bash
-# Set up Corral in .venv and run it on the example cluster: validate it, then dry-run one cycle.
+# Set up Corral in .venv and run it on its embedded default: the control plane on SQLite in the
+# data directory, this machine registered as its node (`corral up`). Ctrl-C stops it.
+# Extra arguments go to `corral up` (e.g. --gpus 8 --gpu-model H100-80GB, --port 8401).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/corral cluster check examples/lab.yaml
-set +e
-.venv/bin/corral plan --cluster examples/lab.yaml examples/jobs/*.yaml
-rc=$?
-set -e
-# exit code 1 means "a job was rejected": the example includes one on purpose
-[ "$rc" -le 1 ] || exit "$rc"
-# a real trace through the simulator (needs ../shared/traces beside the checkout)
-if .venv/bin/corral trace convert tiresias -o .venv/tiresias-60.csv 2>/dev/null; then
-  .venv/bin/corral simulate --cluster examples/tiresias-testbed.yaml --trace .venv/tiresias-60.csv \
-    --policy default --policy fifo --policy las --policy sjf
-fi
+echo "Corral is starting. From another terminal: .venv/bin/corral submit --gpus 1 -- python train.py"
+exec .venv/bin/corral up "$@"

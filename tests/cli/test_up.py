@@ -83,7 +83,7 @@ def test_up_serves_registers_the_node_and_writes_the_config(up_declared: Up) -> 
     up.wait_ready()
     out = up.output()
     url = f"http://127.0.0.1:{up.port}"
-    assert f"API {url}/v1, interactive docs {url}/docs" in out
+    assert f"API {url}/v1, its OpenAPI schema at {url}/openapi.json" in out
     assert "Node workstation joined with 2 x H100-80GB GPUs." in out
     assert "wait in `starting` until a node agent runs them" in out and DECLARE_HINT not in out
     assert up.config.stat().st_mode & 0o777 == 0o600

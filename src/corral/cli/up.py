@@ -253,7 +253,7 @@ def _announce(url: str, directory: Path, admin: str, inventory: dict[str, Any], 
     config = write_config({"server": url, "token": admin})
     model = f" x {gpus.model}" if gpus.model else ""
     lines = [
-        f"Corral is up: API {url}/v1, interactive docs {url}/docs (data in {directory}).",
+        f"Corral is up: API {url}/v1, its OpenAPI schema at {url}/openapi.json (data in {directory}).",
         f"Node {inventory['node']} joined with {gpus.count}{model} GPUs.",
     ]
     if gpus.count == 0:
