@@ -112,13 +112,16 @@ class Scheduler:
                 self._restore_attempt(state, attempt)
             self.replay = self._unapplied_exits(conn)
             pending = conn.execute(
-                select(j.c.spec, j.c.attempt, j.c.held, j.c.not_before)
+                select(j.c.spec, j.c.attempt, j.c.held, j.c.not_before, j.c.reason_code, j.c.reason)
                 .where(j.c.state == "pending")
                 .order_by(j.c.seq)
             ).all()
+            now = self.clock()
             for row in pending:
                 job = state.submit(spec_from_json(row.spec), attempts=row.attempt)
                 job.held, job.not_before = bool(row.held), row.not_before
+                if row.reason_code:  # as persisted: a restart does not rewrite every pending job's reason
+                    self.reasons.setdefault(job.spec.id, (row.reason_code, row.reason, now))
                 if row.not_before > self.clock():
                     heapq.heappush(self.timers, row.not_before)
         state.plan.commit()
