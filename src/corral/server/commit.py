@@ -10,6 +10,7 @@ rebuilds its memory from the database before the next cycle.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -196,6 +197,9 @@ class Batch:
     def end(self, job: str, attempt: int, outcome: Ending) -> None:
         """Close an attempt, release its GPUs, move the job on, and log the ending event."""
         a, j, al = schema.attempts, schema.jobs, schema.allocations
+        before = self.conn.execute(
+            select(a.c.state, a.c.placement).where(a.c.job_id == job, a.c.attempt == attempt)
+        ).first()
         changed = self.conn.execute(
             update(a)
             .where(a.c.job_id == job, a.c.attempt == attempt, a.c.state != "ended")
@@ -207,8 +211,16 @@ class Batch:
                 rank=outcome.rank,
             )
         ).rowcount
-        if changed != 1:
+        if changed != 1 or before is None:
             raise GuardFailed(f"end {job}: attempt {attempt} already ended")
+        nodes = sorted({p["node"] for p in json.loads(before.placement)})
+        if before.state != "stopping" and len(nodes) > 1:
+            # one node's workers exited and the gang is over: the other nodes' workers may still run
+            # on GPUs released here, so every node is told to kill what is left (before any new start)
+            for node in nodes:
+                self.outbox(
+                    node, {"kind": "stop", "job": job, "attempt": attempt, "grace": 0.0, "why": outcome.event}
+                )
         self.conn.execute(
             update(al)
             .where(and_(al.c.job_id == job, al.c.attempt == attempt, al.c.live == 1))
