@@ -4,13 +4,16 @@ SQLite (DESIGN.md 6.4): WAL, `synchronous=NORMAL` (an acknowledged commit surviv
 of any process; `--durability full` also survives power loss), foreign keys, a busy timeout,
 and `BEGIN IMMEDIATE` for every write transaction so writers queue for the lock up front
 instead of failing on upgrade. Reads use a separate pool with deferred transactions.
-PostgreSQL: read committed; journal appends take a transaction-scoped advisory lock so that
-`events.seq` order is commit order (a reader tailing by `seq` never skips a late commit).
+PostgreSQL: read committed; every transaction on the writer engine takes a transaction-scoped
+advisory lock first, so writers serialise as on SQLite: `events.seq` order is commit order (a
+reader tailing by `seq` never skips a late commit), and no writer can hold row locks while it
+waits for the journal's lock (two writers doing so in opposite orders deadlocked).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -60,6 +63,11 @@ def make_engines(url: str, durability: str = "normal") -> Engines:
     if url.startswith("postgresql"):
         writer = create_engine(url, pool_size=2, max_overflow=2, pool_pre_ping=True)
         reader = create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+
+        @event.listens_for(writer, "begin")
+        def _journal_lock_first(conn: Connection) -> None:
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({JOURNAL_LOCK})")
+
         return Engines(url, writer, reader)
     raise ValueError(
         f"unsupported database URL {url.split(':', 1)[0]!r}: use sqlite:///PATH or postgresql+psycopg://..."
@@ -105,6 +113,10 @@ def append_events(
 ) -> list[dict[str, Any]]:
     """Append journal entries in one go; assigns `seq` and a `t` that never decreases.
 
+    An entry whose `t` is older than the last line's (a submission timed before a commit that
+    won the lock) gets a `t` just after it rather than equal to it: at equal `t` the log orders
+    endings, submissions, starts (DESIGN.md 4.6), and a tie made by clamping could break that.
+
     Each entry is an event of DESIGN.md 4.6 (without `seq`; `t` defaults to now) or an internal
     `x.` kind. Returns the entries as stored, `seq` and `t` filled in.
     """
@@ -121,7 +133,9 @@ def append_events(
     values = []
     for row in rows:
         seq += 1
-        t = max(float(row.get("t", now)), t_floor)
+        t = float(row.get("t", now))
+        if t < t_floor:  # just after the last line, never tied with it: equal t orders kinds (4.6)
+            t = math.nextafter(t_floor, math.inf)
         t_floor = t
         row["seq"], row["t"] = seq, t
         body = {"seq": seq, "t": t, **{k: v for k, v in row.items() if k not in ("seq", "t")}}
