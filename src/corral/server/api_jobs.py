@@ -223,10 +223,18 @@ def _change(ctx: Context, who: Principal, job_id: str, action: str, conn: Connec
                 f"job {job_id} is {state}; only a pending job can be {action}ed",
                 fix="`corral requeue` a running job first" if action == "hold" else "",
             )
-        conn.execute(update(j).where(*guard).values(held=action == "hold", version=j.c.version + 1))
+        changed = conn.execute(
+            update(j).where(*guard).values(held=action == "hold", version=j.c.version + 1)
+        ).rowcount
+        if changed != 1:
+            raise ApiError(409, f"job {job_id} changed meanwhile", fix="try again")
         ctx.journal(conn, [{"event": f"x.{action}", "job": job_id, "by": who.name}])
     elif action == "cancel" and state == "pending":
-        conn.execute(update(j).where(*guard).values(state="cancelled", end_time=now, version=j.c.version + 1))
+        changed = conn.execute(
+            update(j).where(*guard).values(state="cancelled", end_time=now, version=j.c.version + 1)
+        ).rowcount
+        if changed != 1:
+            raise ApiError(409, f"job {job_id} changed meanwhile", fix="try again")
         ctx.journal(
             conn, [{"event": "cancel", "t": now, "job": job_id, "reason": f"cancelled by {who.name}"}]
         )
