@@ -5,16 +5,17 @@ from __future__ import annotations
 import copy
 import json
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.server.harness import PG_ENV, Server, drop_postgres, fresh_postgres, wait_for
+from tests.server.harness import PG_ENV, FakeAgent, Server, drop_postgres, fresh_postgres, wait_for
 
 # examples/lab.yaml as a document: 4 nodes of 8 H100s, dgx01-02 under leaf l1, dgx03-04 under l2
 LAB: dict[str, Any] = {
@@ -156,4 +157,162 @@ def allocation_problems(database_url: str) -> list[str]:
                 problems.append(f"attempt {attempt} of {job_id} is live but the job is {state} at {current}")
     finally:
         engine.dispose()
+    return problems
+
+
+class Agent(FakeAgent):
+    """A FakeAgent that keeps every order it received, so a test can wait for a particular one.
+
+    It registers at once; `Agent.close_all()` closes every one made so far (fixtures call it).
+    """
+
+    opened: ClassVar[list[Agent]] = []
+
+    @classmethod
+    def close_all(cls) -> None:
+        while cls.opened:
+            cls.opened.pop().close()
+
+    def __init__(
+        self, server: Server, node: str, gpus: int = 8, gpu_model: str = "H100-80GB", **kw: Any
+    ) -> None:
+        super().__init__(server, node, gpus, gpu_model, **kw)
+        self.seen: list[dict[str, Any]] = []
+        Agent.opened.append(self)
+        self.register()
+
+    def poll(self, wait: float = 0.0) -> list[dict[str, Any]]:
+        new = self.orders(wait=wait)
+        self.seen.extend(new)
+        return new
+
+    def find(self, kind: str, job_id: str, attempt: int | None = None) -> dict[str, Any] | None:
+        return next(
+            (o for o in self.seen
+             if o["kind"] == kind and o["job"] == job_id and (attempt is None or o["attempt"] == attempt)),
+            None,
+        )  # fmt: skip
+
+    def expect(
+        self, kind: str, job_id: str, attempt: int | None = None, timeout: float = 10.0
+    ) -> dict[str, Any]:
+        """Wait for a `kind` order (start or stop) for the job; AssertionError after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while (found := self.find(kind, job_id, attempt)) is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(
+                    f"{self.node}: no {kind} order for {job_id} in {timeout}s; got {self.seen}"
+                )
+            self.poll(wait=min(left, 1.0))
+        return found
+
+    def quiet(self, kind: str, job_id: str, seconds: float) -> None:
+        """Assert that no new `kind` order for the job arrives within `seconds`."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            for order in self.poll(wait=min(left, 0.5)):
+                assert (order["kind"], order["job"]) != (kind, job_id), f"{self.node}: unexpected {order}"
+
+    def run(self, job_id: str, attempt: int = 1, timeout: float = 10.0) -> dict[str, Any]:
+        """Wait for the job's start order and report its workers running; returns the order."""
+        order = self.expect("start", job_id, attempt, timeout)
+        r = self.report(job_id, attempt, "running")
+        assert r.status_code == 200, r.text
+        return order
+
+    def exit(self, job_id: str, attempt: int, code: int | None, rank: int | None = None) -> None:
+        body = {"incarnation": self.incarnation, "job": job_id, "attempt": attempt, "status": "exited",
+                "exit_code": code, "rank": rank}  # fmt: skip
+        r = self.http.post(f"/v1/agents/{self.node}/reports", json=body)
+        assert r.status_code == 200, r.text
+
+
+ENDINGS = ("preempt", "lost", "restart", "finish", "fail", "cancel", "reject")
+KINDS = ("cluster", "submit", "start", "preempting", *ENDINGS)
+SUBMIT_FIELDS = (
+    "queue", "replicas", "gpus_per_replica", "priority", "priority_class", "gpu_model", "topology",
+    "time_limit", "preemptible", "user",
+)  # fmt: skip
+ORDER_AT_EQUAL_T = {**dict.fromkeys(ENDINGS, 0), "submit": 1, "start": 2}
+
+
+def event_log_problems(log: list[dict[str, Any]]) -> list[str]:
+    """How `log` breaks the event log contract of DESIGN.md 4.6 (empty when it keeps it)."""
+    problems: list[str] = []
+    nodes: dict[str, dict[str, Any]] = {}
+    submitted: dict[str, dict[str, Any]] = {}
+    live: dict[str, int] = {}  # job -> its attempt started and not yet ended
+    attempts: dict[str, int] = {}
+    if log and log[0]["event"] != "cluster":
+        problems.append(f"the first line is {log[0]['event']}, not cluster")
+    for i, e in enumerate(log):
+        kind, job_id, where = e.get("event"), e.get("job"), f"seq {e.get('seq')} ({e.get('event')})"
+        if kind not in KINDS:
+            problems.append(f"{where}: unknown kind")
+            continue
+        if i:
+            prev = log[i - 1]
+            if e["seq"] <= prev["seq"]:
+                problems.append(f"{where}: seq does not increase after {prev['seq']}")
+            if e["t"] < prev["t"]:
+                problems.append(f"{where}: t {e['t']} is before the previous line's {prev['t']}")
+            if e["t"] == prev["t"] and ORDER_AT_EQUAL_T.get(kind, 9) < ORDER_AT_EQUAL_T.get(
+                prev["event"], -1
+            ):
+                problems.append(f"{where}: at equal t it comes after a {prev['event']}")
+        if kind == "cluster":
+            for key in ("topology", "nodes", "queues", "priority_classes"):
+                if key not in e:
+                    problems.append(f"{where}: no {key}")
+            for node in e.get("nodes", []):
+                if "[" in node["name"] or "gpu_model" not in node or "gpus" not in node:
+                    problems.append(f"{where}: node entry {node}")
+                nodes[node["name"]] = node
+            continue
+        if "t" not in e or not job_id:
+            problems.append(f"{where}: no t or no job")
+            continue
+        if kind == "submit":
+            missing = [f for f in SUBMIT_FIELDS if f not in e]
+            if missing:
+                problems.append(f"{where}: submit of {job_id} lacks {missing}")
+            submitted[job_id] = e
+        elif job_id not in submitted:
+            problems.append(f"{where}: {job_id} was never submitted")
+            continue
+        if kind == "start":
+            spec = submitted[job_id]
+            if job_id in live:
+                problems.append(f"{where}: {job_id} starts while attempt {live[job_id]} is live")
+            if e.get("attempt") != attempts.get(job_id, 0) + 1:
+                problems.append(f"{where}: attempt {e.get('attempt')} after {attempts.get(job_id, 0)}")
+            attempts[job_id] = live[job_id] = e.get("attempt", 0)
+            placement = e.get("placement", [])
+            if len(placement) != spec.get("replicas"):
+                problems.append(
+                    f"{where}: {len(placement)} placement entries for {spec.get('replicas')} replicas"
+                )
+            for entry in placement:
+                if entry["node"] not in nodes:
+                    problems.append(f"{where}: node {entry['node']} is in no earlier cluster line")
+                if len(entry["gpus"]) != spec.get("gpus_per_replica") or len(set(entry["gpus"])) != len(
+                    entry["gpus"]
+                ):
+                    problems.append(f"{where}: replica on {entry['node']} has GPUs {entry['gpus']}")
+        elif kind == "preempting":
+            if live.get(job_id) != e.get("attempt") or "by" not in e:
+                problems.append(
+                    f"{where}: preempting attempt {e.get('attempt')} of {job_id} (live: {live.get(job_id)})"
+                )
+        elif kind in ENDINGS:
+            if job_id in live:
+                if e.get("attempt") != live.pop(job_id):
+                    problems.append(f"{where}: ends attempt {e.get('attempt')} of {job_id}, not the live one")
+            elif kind not in ("cancel", "reject") or "attempt" in e:
+                problems.append(f"{where}: {job_id} has no live attempt to end")
+            if kind in ("fail", "reject") and not e.get("reason"):
+                problems.append(f"{where}: no reason")
+            if kind == "restart" and "exit_code" not in e:
+                problems.append(f"{where}: restart without exit_code")
     return problems
