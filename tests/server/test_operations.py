@@ -333,3 +333,27 @@ def test_usage_audit_backup(lab: Server, tmp_path: Path) -> None:
         assert r.status_code == 422 and "no directory" in r.json()["error"]
         assert c.post("/v1/admin/backup", json={}).status_code == 422
         healthy(lab, c)
+
+
+def test_gang_ends_on_every_node(lab: Server) -> None:
+    with lab.client() as c:
+        a, b = Agent(lab, "dgx01"), Agent(lab, "dgx02")
+        gang = submit(c, queue="research", replicas=2, gpus_per_replica=8, max_restarts=0)["id"]
+        a.run(gang)
+        b.run(gang)
+        assert {p["node"] for p in job(c, gang)["placement"]} == {"dgx01", "dgx02"}
+        waiting = submit(c, queue="research", gpus_per_replica=8)["id"]
+        a.exit(gang, 1, 1, rank=0)  # one node's workers fail: the gang is over on both nodes
+        assert wait_state(c, gang, "failed")["exit_code"] == 1
+        stop = b.expect("stop", gang, 1)
+        assert stop["grace"] == 0
+        # the other node hears of it before it is given anything new on those GPUs
+        placed = wait_state(c, waiting, "starting")["placement"][0]["node"]
+        agent = a if placed == "dgx01" else b
+        started = agent.expect("start", waiting, 1)
+        if agent is b:
+            assert b.seen.index(stop) < b.seen.index(started)
+        r = b.report(gang, 1, "exited", 137)
+        assert r.status_code == 409 and "has ended" in r.json()["error"]
+        assert kinds_of(c, gang) == ["submit", "start", "fail"]
+        healthy(lab, c)
