@@ -287,7 +287,7 @@ def test_agents_act_only_for_their_node(server: Server) -> None:
             ("GET", f"/v1/jobs/{jid}/events"), ("POST", f"/v1/jobs/{jid}/cancel"),
             ("POST", f"/v1/jobs/{jid}/requeue"), ("GET", "/v1/events"), ("POST", "/v1/nodes/dgx01/drain"),
             ("PUT", "/v1/queues/prod"), ("GET", "/v1/audit"), ("POST", "/v1/admin/pause"),
-            ("GET", "/v1/tokens"),
+            ("GET", "/v1/tokens"), ("GET", "/v1/usage"),
         ]:  # fmt: skip
             body = {"queue": "prod", "command": ["true"]} if path == "/v1/jobs" else {}
             r = other.http.request(method, path, json=body)

@@ -385,4 +385,7 @@ def _usage(ctx: Context, who: Principal, since: float) -> list[dict[str, Any]]:
 @router.get("/usage", tags=["queues"])
 async def usage(request: Request, since: float = Query(0.0, ge=0, description="Unix time")) -> Response:
     """GPU-hours per queue and user since `since`, from the attempts the event log records."""
-    return json_response({"usage": await run_in_threadpool(_usage, _ctx(request), _who(request), since)})
+    who = _who(request)
+    if who.role == "agent":  # its empty team would match the jobs of admins, who have none
+        raise ApiError(403, "agent tokens may not read usage", fix="use a member or admin token")
+    return json_response({"usage": await run_in_threadpool(_usage, _ctx(request), who, since)})
