@@ -231,7 +231,15 @@ def _change(ctx: Context, who: Principal, job_id: str, action: str, conn: Connec
         ctx.journal(conn, [{"event": f"x.{action}", "job": job_id, "by": who.name}])
     elif action == "cancel" and state == "pending":
         changed = conn.execute(
-            update(j).where(*guard).values(state="cancelled", end_time=now, version=j.c.version + 1)
+            update(j)
+            .where(*guard)
+            .values(
+                state="cancelled",
+                end_time=now,
+                version=j.c.version + 1,
+                reason=f"cancelled by {who.name}",
+                reason_code="cancel",
+            )
         ).rowcount
         if changed != 1:
             raise ApiError(409, f"job {job_id} changed meanwhile", fix="try again")

@@ -231,8 +231,8 @@ class Batch:
             "version": j.c.version + 1,
             "exit_code": outcome.exit_code,
         }
-        if outcome.state != "pending":
-            values["end_time"] = self.now
+        if outcome.state != "pending":  # a terminal state: its reason is how it ended, not why it waited
+            values.update(end_time=self.now, reason=outcome.reason, reason_code=outcome.event)
         if outcome.event == "restart":
             values["restarts"] = j.c.restarts + 1
             values["not_before"] = outcome.not_before

@@ -184,6 +184,7 @@ def serve(opts: ServerOptions) -> None:
         access_log=False,
         ssl_certfile=str(opts.tls_cert) if opts.tls_cert else None,
         ssl_keyfile=str(opts.tls_key) if opts.tls_key else None,
+        timeout_graceful_shutdown=3,  # long polls (agents, `events --follow`) would hold a stop for a minute
     )
     server = uvicorn.Server(config)
     try:
