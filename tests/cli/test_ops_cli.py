@@ -128,3 +128,16 @@ def test_admin_pause_resume_backup_restore(cli: Cli, tmp_path: Path) -> None:
             drop_postgres(os.environ[PG_ENV], name)
     missing = cli("admin", "restore", tmp_path / "nope", "--database-url", target_url, "--yes")
     assert missing.exit_code == 2 and "no backup file" in missing.stderr
+
+
+def test_admin_policy_is_a_revision(cli: Cli) -> None:
+    out = cli.ok("admin", "policy", "fifo", "--comment", "freeze: strict order").stdout
+    assert out.startswith("policy fifo is active (configuration revision 2)")
+    assert cli.json("queues", "history")["revisions"][-1]["comment"] == "freeze: strict order"
+    tuned = cli.json("admin", "policy", "default", "--arg", "fair_share.half_life=604800")
+    assert tuned == {"revision": 3}
+    unknown = cli("admin", "policy", "shortest")
+    assert unknown.exit_code == 2 and "shortest" in unknown.stderr
+    malformed = cli("admin", "policy", "default", "--arg", "half_life")
+    assert malformed.exit_code == 2 and "PLUGIN.KEY=VALUE" in malformed.stderr
+    assert cli.json("queues", "history")["active"] == 3

@@ -1,9 +1,8 @@
 """The operators' commands: `nodes` (cordon, drain, undrain), `queues` (set, history, rollback),
-`audit`, `token create|list|revoke` and `admin pause|resume|backup|restore` (DESIGN.md 4.9)."""
+`audit` and `token create|list|revoke` (DESIGN.md 4.9); `admin` is in `admin_cmds`."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -18,7 +17,6 @@ from corral.cli.remote import (
     gpu_ranges,
     print_json,
     print_table,
-    seconds_text,
     when,
 )
 
@@ -352,82 +350,3 @@ def token_revoke(
         print_json(out)
     else:
         typer.echo(f"token {out['revoked']} revoked")
-
-
-# ---- admin verbs -------------------------------------------------------------------------------
-admin_app = typer.Typer(help="Control-plane operations (admins).", no_args_is_help=True)
-app.add_typer(admin_app, name="admin", rich_help_panel=PANEL)
-
-
-@admin_app.command()
-def pause(
-    ctx: typer.Context, server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
-) -> None:
-    """Freeze scheduling decisions; running jobs go on, submissions are still taken."""
-    with connect(ctx, server, token) as corral:
-        out = corral.pause()
-    if as_json:
-        print_json(out)
-    else:
-        typer.echo("scheduling paused (`corral admin resume` to go on)")
-
-
-@admin_app.command()
-def resume(
-    ctx: typer.Context, server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
-) -> None:
-    """Resume scheduling after `pause`."""
-    with connect(ctx, server, token) as corral:
-        out = corral.resume()
-    if as_json:
-        print_json(out)
-    else:
-        typer.echo("scheduling resumed")
-
-
-@admin_app.command()
-def backup(
-    ctx: typer.Context,
-    path: Annotated[str, typer.Argument(metavar="PATH", help="file on the server's machine")],
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """An online, consistent copy of the database (SQLite backup API, or pg_dump), while it runs."""
-    target = str(Path(path).absolute())  # the server resolves paths from its own directory
-    with connect(ctx, server, token) as corral:
-        out = corral.backup(target)
-    if as_json:
-        print_json(out)
-    else:
-        typer.echo(f"backup written to {out['path']} ({out['bytes']} bytes, {seconds_text(out['seconds'])})")
-
-
-@admin_app.command()
-def restore(
-    path: Annotated[Path, typer.Argument(metavar="PATH", help="a file `corral admin backup` wrote")],
-    database_url: Annotated[
-        str | None,
-        typer.Option(
-            "--database-url",
-            envvar="CORRAL_DATABASE_URL",
-            help="the database to replace (default: corral.db in the data directory)",
-        ),
-    ] = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
-) -> None:
-    """Replace a database with a backup. Offline: stop the server (and scheduler) first."""
-    from corral.cli.settings import data_dir, default_database_url
-
-    url = database_url or default_database_url(data_dir())
-    if not path.is_file():
-        fail(f"no backup file {path}", "give the path `corral admin backup` wrote")
-    if not yes:
-        typer.confirm(f"Replace the database {url} with {path}? The server must be stopped", abort=True)
-    from corral.server.backup import restore as restore_database
-
-    try:
-        restore_database(url, str(path))
-    except Exception as exc:  # sqlite3, pg_restore: what failed is in the message
-        fail(f"restore failed: {exc}", "check that the server is stopped and the URL is right", code=1)
-    typer.echo(f"restored {url} from {path}; start the server again")

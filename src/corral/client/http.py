@@ -245,6 +245,13 @@ class Client:
         out: JsonObject = self.request("GET", "/v1/config/revisions")
         return out
 
+    def set_policy(self, name: str, args: Mapping[str, Any] | None = None, comment: str = "") -> JsonObject:
+        """Make `name` (with plugin `args`) the scheduling policy, as a new configuration revision."""
+        out: JsonObject = self.request(
+            "PUT", "/v1/policy", body={"name": name, "args": args, "comment": comment}
+        )
+        return out
+
     def rollback(self, revision: int) -> JsonObject:
         out: JsonObject = self.request("POST", "/v1/config/rollback", body={"revision": revision})
         return out

@@ -1,0 +1,128 @@
+"""`corral admin pause|resume|policy|backup|restore`: the control plane's operations (admins)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from corral.cli.main import app
+from corral.cli.ops_cmds import PANEL
+from corral.cli.remote import JsonOpt, ServerOpt, TokenOpt, connect, fail, print_json, seconds_text
+
+# ---- admin verbs -------------------------------------------------------------------------------
+admin_app = typer.Typer(help="Control-plane operations (admins).", no_args_is_help=True)
+app.add_typer(admin_app, name="admin", rich_help_panel=PANEL)
+
+
+@admin_app.command()
+def pause(
+    ctx: typer.Context, server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Freeze scheduling decisions; running jobs go on, submissions are still taken."""
+    with connect(ctx, server, token) as corral:
+        out = corral.pause()
+    if as_json:
+        print_json(out)
+    else:
+        typer.echo("scheduling paused (`corral admin resume` to go on)")
+
+
+@admin_app.command()
+def resume(
+    ctx: typer.Context, server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Resume scheduling after `pause`."""
+    with connect(ctx, server, token) as corral:
+        out = corral.resume()
+    if as_json:
+        print_json(out)
+    else:
+        typer.echo("scheduling resumed")
+
+
+@admin_app.command()
+def policy(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="POLICY", help="a policy of `corral policies`")],
+    arg: Annotated[
+        list[str] | None,
+        typer.Option("--arg", help="a plugin argument PLUGIN.KEY=VALUE (repeat)"),
+    ] = None,
+    comment: Annotated[str, typer.Option(help="why (kept with the revision)")] = "",
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Change the scheduling policy: a new configuration revision (`corral queues rollback` undoes it)."""
+    args: dict[str, dict[str, object]] = {}
+    for item in arg or []:
+        key, sep, value = item.partition("=")
+        plugin, dot, field = key.partition(".")
+        if not sep or not dot or not plugin or not field:
+            fail(f"--arg {item!r}: write PLUGIN.KEY=VALUE", "e.g. --arg fair_share.half_life=604800")
+        args.setdefault(plugin, {})[field] = _value(value)
+    with connect(ctx, server, token) as corral:
+        out = corral.set_policy(name, args or None, comment)
+    if as_json:
+        print_json(out)
+    else:
+        typer.echo(f"policy {name} is active (configuration revision {out['revision']})")
+
+
+def _value(text: str) -> object:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text, text)
+
+
+@admin_app.command()
+def backup(
+    ctx: typer.Context,
+    path: Annotated[str, typer.Argument(metavar="PATH", help="file on the server's machine")],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """An online, consistent copy of the database (SQLite backup API, or pg_dump), while it runs."""
+    target = str(Path(path).absolute())  # the server resolves paths from its own directory
+    with connect(ctx, server, token) as corral:
+        out = corral.backup(target)
+    if as_json:
+        print_json(out)
+    else:
+        typer.echo(f"backup written to {out['path']} ({out['bytes']} bytes, {seconds_text(out['seconds'])})")
+
+
+@admin_app.command()
+def restore(
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="a file `corral admin backup` wrote")],
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            envvar="CORRAL_DATABASE_URL",
+            help="the database to replace (default: corral.db in the data directory)",
+        ),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+) -> None:
+    """Replace a database with a backup. Offline: stop the server (and scheduler) first."""
+    from corral.cli.settings import data_dir, default_database_url
+
+    url = database_url or default_database_url(data_dir())
+    if not path.is_file():
+        fail(f"no backup file {path}", "give the path `corral admin backup` wrote")
+    if not yes:
+        typer.confirm(f"Replace the database {url} with {path}? The server must be stopped", abort=True)
+    from corral.server.backup import restore as restore_database
+
+    try:
+        restore_database(url, str(path))
+    except Exception as exc:  # sqlite3, pg_restore: what failed is in the message
+        fail(f"restore failed: {exc}", "check that the server is stopped and the URL is right", code=1)
+    typer.echo(f"restored {url} from {path}; start the server again")
