@@ -248,11 +248,12 @@ async def events(
         raise ApiError(403, "agent tokens may not read the event log")
     deadline = time.monotonic() + wait
     while True:
+        mark = ctx.notifier.mark()  # an event committed while we read must not wait for the timeout
         bodies = await run_in_threadpool(_events, ctx, who, after, limit)
         left = deadline - time.monotonic()
         if bodies or left <= 0:
             return Response("[" + ",".join(bodies) + "]", media_type="application/json")
-        await ctx.notifier.wait(left)
+        await ctx.notifier.wait(left, mark)
 
 
 # ---- audit and tokens ------------------------------------------------------------------------

@@ -343,11 +343,12 @@ async def assignments(
     _agent(who, node)
     deadline = time.monotonic() + wait
     while True:
+        mark = ctx.notifier.mark()  # a start committed while we read must not wait for the timeout
         orders = await run_in_threadpool(_assignments, ctx, node, after)
         left = deadline - time.monotonic()
         if orders or left <= 0:
             return json_response({"orders": orders})
-        await ctx.notifier.wait(left)
+        await ctx.notifier.wait(left, mark)
 
 
 class Report(BaseModel):

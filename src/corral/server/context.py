@@ -45,10 +45,14 @@ class Notifier:
         if self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(self._fire)
 
-    async def wait(self, timeout: float) -> None:
-        if self.event is None or timeout <= 0:
+    def mark(self) -> asyncio.Event | None:
+        """Take before reading: `wait(timeout, mark)` then returns at once if a commit came meanwhile."""
+        return self.event
+
+    async def wait(self, timeout: float, mark: asyncio.Event | None = None) -> None:
+        event = mark or self.event
+        if event is None or timeout <= 0:
             return
-        event = self.event
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
 
