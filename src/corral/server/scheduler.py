@@ -42,6 +42,8 @@ log = logging.getLogger("corral.scheduler")
 FALLBACK_WAKE = 2.0  # seconds: re-read the journal even without a ring
 REASON_REFRESH = 10.0  # seconds: a reason whose code is unchanged is rewritten at most this often
 JOURNAL_PAGE = 5000
+# kinds only a scheduler writes: one that is not this scheduler's own came from another
+FOREIGN_DECISIONS = ("start", "preempting", "preempt", "lost", "restart", "finish", "fail", "reject")
 MIN_CYCLE_INTERVAL = (
     0.02  # seconds between cycles under a flood of changes (submit-to-start stays well < 100 ms)
 )
@@ -282,6 +284,11 @@ class Scheduler:
                 reload = reload or json.loads(r.body).get("revision") != self.revision
             elif kind in ("x.pause", "x.resume"):
                 self.paused = kind == "x.pause"
+            elif kind in FOREIGN_DECISIONS or (kind == "cancel" and job_id in state.running):
+                # another scheduler decided (a stale one, during a failover): memory no longer
+                # matches the database, and without a reload both could wait forever on GPUs
+                # that each believes the other holds
+                reload = True
         return reload
 
     def _end_in_memory(self, job_id: str, attempt: int, ending: Ending) -> None:
