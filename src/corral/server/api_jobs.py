@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from types import SimpleNamespace
 from typing import Any
 
 from fastapi import APIRouter, Body, Query, Request
@@ -17,7 +16,7 @@ from corral.server.app import json_response
 from corral.server.auth import Principal
 from corral.server.context import Context
 from corral.server.errors import ApiError
-from corral.server.jobs import ACTIVE_STATES, LIVE_STATES, job_json, prepare, spec_json
+from corral.server.jobs import ACTIVE_STATES, LIVE_STATES, job_json, new_job_json, prepare
 from corral.store import schema
 from corral.store.engine import dumps
 
@@ -59,39 +58,21 @@ async def submit(
     request: Request, spec: dict[str, Any] = Body(..., description="a job spec (DESIGN.md 4.2)")
 ) -> Response:
     """Submit a job; 201 with the job object, or 422 with what to change (and 403 outside your team)."""
-    ctx, who = _ctx(request), _who(request)
+    return json_response(await submit_job(_ctx(request), _who(request), spec), 201)
+
+
+async def submit_job(ctx: Context, who: Principal, spec: object) -> dict[str, Any]:
+    """Check a submission, write it in the next group commit, and answer the job object."""
     _no_agents(who)
     model, static = ctx.model()
-    now = ctx.clock()
     try:
-        prepared = prepare(model, static, spec, who, now)
+        prepared = prepare(model, static, spec, who, ctx.clock())
     except ApiError as exc:
         metrics.SUBMISSIONS.labels(str(exc.status)).inc()
         raise
     job_id = await ctx.write_many(ctx.insert_jobs, prepared)
     metrics.SUBMISSIONS.labels("201").inc()
-    row = SimpleNamespace(
-        id=job_id,
-        name=prepared.spec.name,
-        state="pending",
-        queue=prepared.spec.queue,
-        user=prepared.spec.user,
-        team=prepared.team,
-        attempt=0,
-        reason="",
-        reason_code="",
-        held=False,
-        restarts=0,
-        submit_time=now,
-        start_time=None,
-        end_time=None,
-        exit_code=None,
-        spec=spec_json(prepared.spec),
-        request=json.dumps(prepared.request),
-    )
-    out = job_json(row)
-    out["id"] = job_id
-    return json_response(out, 201)
+    return new_job_json(job_id, prepared)
 
 
 def _visible(who: Principal) -> Any:

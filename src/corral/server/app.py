@@ -164,6 +164,22 @@ def create_app(ctx: Context) -> FastAPI:
     return app
 
 
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ApiError(400, "the client went away before sending the body")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"request body over {limit} bytes", fix="send a smaller body")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
 class Gate:
     """Every request passes here first (pure ASGI, no per-request task): the body limit, the
     token (before FastAPI reads a body; `/healthz` excepted), and after the answer an audit
@@ -186,6 +202,10 @@ class Gate:
             await json_response(exc.body(), exc.status)(scope, receive, send)
             self._audit(scope, state, exc.status)
             return
+        if path == "/v1/jobs" and scope["method"] == "POST":
+            status = await self._submit(scope, receive, send, state["principal"])
+            self._audit(scope, state, status)
+            return
         status = 500
 
         async def sending(message: Message) -> None:
@@ -201,6 +221,27 @@ class Gate:
             await json_response(exc.body(), exc.status)(scope, receive, send)
         finally:
             self._audit(scope, state, status)
+
+    async def _submit(self, scope: Scope, receive: Receive, send: Send, who: Principal) -> int:
+        """`POST /v1/jobs`, the hot route, without FastAPI's generic request handling (about half
+        of the API's CPU per submission): the same checks and writes as the declared route."""
+        from corral.server.api_jobs import submit_job
+
+        try:
+            body = await _read_body(receive, MAX_BODY)
+            try:
+                spec = json.loads(body)
+            except ValueError as exc:
+                raise ApiError(
+                    422, f"invalid request: the body is not JSON ({exc})", fix="send a job spec"
+                ) from None
+            if not isinstance(spec, dict):
+                raise ApiError(422, "invalid request: the body is not a JSON object", fix="send a job spec")
+            response = json_response(await submit_job(self.ctx, who, spec), 201)
+        except ApiError as exc:
+            response = json_response(exc.body(), exc.status)
+        await response(scope, receive, send)
+        return response.status_code
 
     def _audit(self, scope: Scope, state: dict[str, Any], status: int) -> None:
         method: str = scope["method"]

@@ -213,3 +213,18 @@ def job_json(row: Any, placement: list[dict[str, Any]] | None = None) -> dict[st
         "command": request["command"],
         "max_restarts": request["max_restarts"],
     }
+
+
+def new_job_json(job_id: str, prepared: Prepared) -> dict[str, Any]:
+    """`job_json` of a job just submitted, built from what was checked (no JSON round trip)."""
+    spec, request = prepared.spec, prepared.request
+    return {
+        "id": job_id, "name": spec.name, "state": "pending", "queue": spec.queue, "user": spec.user,
+        "team": prepared.team, "attempt": 0, "placement": [], "reason": "", "reason_code": "", "held": False,
+        "priority_class": spec.priority_class, "priority": spec.priority, "replicas": spec.replicas,
+        "gpus_per_replica": spec.gpus_per_replica, "gpus": spec.gpus, "time_limit": spec.time_limit,
+        "preemptible": spec.preemptible, "launch": spec.launch.value, "gpu_model": list(spec.gpu_model),
+        "topology": {"pack": spec.topology.pack, "required": spec.topology.required}, "restarts": 0,
+        "submit_time": spec.submit_time, "start_time": None, "end_time": None, "exit_code": None,
+        "command": request["command"], "max_restarts": request["max_restarts"],
+    }  # fmt: skip
