@@ -92,7 +92,21 @@ def prepare_store(opts: ServerOptions) -> tuple[Engines, str | None]:
         ).scalar()
         if not admins:
             _, token = create_token(conn, "admin", "admin", by="corral server")
+            # written before the commit: a crash in between leaves a file whose token the database
+            # never had, and the next start (still no admin) makes a new one; never the other way
+            _write_secret(opts.data_dir / "admin-token", token)
     return engines, token
+
+
+def _write_secret(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def _file_digest(path: Path) -> str:
@@ -165,8 +179,6 @@ def serve(opts: ServerOptions) -> None:
     engines, token = prepare_store(opts)
     if token is not None:
         path = opts.data_dir / "admin-token"
-        path.write_text(token + "\n")
-        path.chmod(0o600)
         print(f"corral: first admin token written to {path}", file=sys.stderr)
     import uvicorn
 
