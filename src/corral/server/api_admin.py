@@ -116,7 +116,7 @@ def _revise(
     try:
         revision = apply_revision(conn, body, who.name, comment, ctx.clock())
     except ConfigError as exc:
-        raise ApiError(422, str(exc)) from None
+        raise ApiError.of_config(exc) from None
     return {"revision": revision}
 
 

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.core.errors import ConfigError
+
 
 class ApiError(Exception):
     """Answered as `{"error": ..., "fix": ..., "code": ...}` with `status`."""
+
+    @classmethod
+    def of_config(cls, exc: ConfigError, status: int = 422) -> ApiError:
+        """A ConfigError's place and message as `error`, its fix as `fix`."""
+        place = ": ".join(p for p in (exc.source, exc.where) if p)
+        return cls(status, f"{place}: {exc.detail}" if place else exc.detail, fix=exc.fix)
 
     def __init__(self, status: int, message: str, *, fix: str = "", code: str = "") -> None:
         super().__init__(message)

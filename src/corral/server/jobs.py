@@ -54,7 +54,7 @@ def prepare(model: ClusterModel, static: ClusterState, body: object, who: Princi
     try:
         request = parse_job_spec(body, "job spec")
     except ConfigError as exc:
-        raise ApiError(422, str(exc)) from None
+        raise ApiError.of_config(exc) from None
     if not request.command:
         raise ApiError(
             422,
@@ -74,7 +74,7 @@ def prepare(model: ClusterModel, static: ClusterState, body: object, who: Princi
             user=who.name,
         )
     except ConfigError as exc:
-        raise ApiError(422, str(exc)) from None
+        raise ApiError.of_config(exc) from None
     if spec.queue not in allowed:
         raise ApiError(
             403,
