@@ -25,7 +25,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         return
     admin = os.environ.get(PG_ENV)
     if not admin:
-        pytest.skip(f"{PG_ENV} is not set: start one with `eval \"$(bash scripts/postgres.sh start)\"`")
+        pytest.skip(f'{PG_ENV} is not set: start one with `eval "$(bash scripts/postgres.sh start)"`')
     url, name = fresh_postgres(admin)
     try:
         yield url

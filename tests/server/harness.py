@@ -53,9 +53,14 @@ class Server:
     """`corral server` as a child process; `kill()` is `kill -9` of the API and its scheduler."""
 
     def __init__(
-        self, database_url: str, data_dir: Path, cluster: Path | None = None, *, extra: list[str] | None = None,
+        self,
+        database_url: str,
+        data_dir: Path,
+        cluster: Path | None = None,
+        *,
+        extra: list[str] | None = None,
         env: dict[str, str] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.database_url = database_url
         self.data_dir = data_dir
         self.cluster = cluster
@@ -73,8 +78,17 @@ class Server:
     def start(self, timeout: float = 30.0) -> float:
         """Start and wait until `/healthz` answers; returns the seconds it took."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-c", "from corral.cli.main import main; main()", "server",
-               "--database-url", self.database_url, "--port", str(self.port), *self.extra]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-c",
+            "from corral.cli.main import main; main()",
+            "server",
+            "--database-url",
+            self.database_url,
+            "--port",
+            str(self.port),
+            *self.extra,
+        ]
         if self.cluster is not None:
             cmd += ["--cluster", str(self.cluster)]
         started = time.monotonic()
@@ -82,7 +96,9 @@ class Server:
             self.proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=log, start_new_session=True)
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"corral server exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"corral server exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}"
+                )
             try:
                 if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
                     return time.monotonic() - started
@@ -90,7 +106,9 @@ class Server:
                 pass
             if time.monotonic() - started > timeout:
                 self.kill()
-                raise RuntimeError(f"corral server did not answer within {timeout}s:\n{self.log.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"corral server did not answer within {timeout}s:\n{self.log.read_text()[-3000:]}"
+                )
             time.sleep(0.02)
 
     def kill(self) -> None:
@@ -152,7 +170,13 @@ class FakeAgent:
         return orders
 
     def report(self, job: str, attempt: int, status: str, exit_code: int | None = None) -> httpx.Response:
-        body = {"incarnation": self.incarnation, "job": job, "attempt": attempt, "status": status, "exit_code": exit_code}
+        body = {
+            "incarnation": self.incarnation,
+            "job": job,
+            "attempt": attempt,
+            "status": status,
+            "exit_code": exit_code,
+        }
         return self.http.post(f"/v1/agents/{self.node}/reports", json=body)
 
     def close(self) -> None:
