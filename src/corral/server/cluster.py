@@ -9,10 +9,12 @@ capacity) and the scheduler (to schedule) build their view from here.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
@@ -54,7 +56,7 @@ class ClusterModel:
         for spec in self.config.nodes:
             state.add_node(spec, self.node_states.get(spec.name, NodeState.DOWN))
         for name, row in self.node_rows.items():
-            for gpu in json.loads(row["unhealthy"]):
+            for gpu in json.loads(row["unhealthy"]) if row["unhealthy"] != "{}" else ():
                 state.set_gpu_health(NodeName(name), int(gpu), False)
         return state
 
@@ -63,8 +65,19 @@ class ClusterModel:
         return self.config.queues[0].name
 
 
+@functools.lru_cache(maxsize=4096)
+def _nvlink(text: str) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(g) for g in json.loads(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _mapping(text: str) -> MappingProxyType[str, Any]:
+    """Labels and network settings, parsed once per distinct text (thousands of nodes share a few)."""
+    return MappingProxyType(json.loads(text))
+
+
 def node_spec_of(row: Mapping[str, Any] | Any) -> NodeSpec:
-    nvlink = tuple(tuple(g) for g in json.loads(row["nvlink"]))
+    nvlink = _nvlink(row["nvlink"])
     return NodeSpec(
         name=NodeName(row["name"]),
         gpus=row["gpus"],
@@ -72,10 +85,10 @@ def node_spec_of(row: Mapping[str, Any] | Any) -> NodeSpec:
         gpu_memory_gib=row["gpu_memory_gib"],
         cpus=row["cpus"],
         memory_gib=row["memory_gib"],
-        labels=json.loads(row["labels"]),
+        labels=_mapping(row["labels"]),
         nvlink=nvlink,
         address=row["address"],
-        network=json.loads(row["network"]),
+        network=_mapping(row["network"]),
     )
 
 

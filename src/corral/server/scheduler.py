@@ -26,6 +26,7 @@ from sqlalchemy import select
 
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult, Preempt
+from corral.core.jobs import PendingJob
 from corral.core.model import JobId, NodeName, NodeSpec, NodeState
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
@@ -159,8 +160,7 @@ class Scheduler:
     @staticmethod
     def _restore_attempt(state: ClusterState, row: Any) -> None:
         spec = spec_from_json(row.spec)
-        job = state.submit(spec, attempts=row.attempt - 1)
-        state.remove_pending(spec.id)
+        job = PendingJob(spec, attempts=row.attempt - 1)  # straight to running: never queued
         placement = []
         for replica in json.loads(row.placement):
             mask = 0
