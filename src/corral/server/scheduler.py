@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select
@@ -35,13 +35,13 @@ from corral.server.cluster import get_setting, load_cluster, node_spec_of
 from corral.server.commit import Batch, Ending, ending_of
 from corral.server.doorbell import Bell, Doorbell
 from corral.server.jobs import spec_from_json
+from corral.server.reasons import ReasonBook
 from corral.store import schema
 from corral.store.engine import Engines
 
 log = logging.getLogger("corral.scheduler")
 
 FALLBACK_WAKE = 2.0  # seconds: re-read the journal even without a ring
-REASON_REFRESH = 10.0  # seconds: a reason whose code is unchanged is rewritten at most this often
 JOURNAL_PAGE = 5000
 # kinds only a scheduler writes: one that is not this scheduler's own came from another
 FOREIGN_DECISIONS = ("start", "preempting", "preempt", "lost", "restart", "finish", "fail", "reject")
@@ -69,13 +69,11 @@ class Scheduler:
         self.own: set[int] = set()
         self.paused = False
         self.timers: list[float] = []
-        self.reasons: dict[str, tuple[str, str, float]] = {}
+        self.reasons = ReasonBook()
         self.cycles = 0
         self.replay: list[Any] = []  # journal entries behind the cursor still to apply (after a reload)
         self.revision = -1
         self.next_cycle = 0.0
-        self.fresh: set[str] = set()  # pending jobs whose reason was never computed
-        self.others: tuple[str, str] | None = None
 
     # ---- memory from the database -------------------------------------------------------
     def reload(self) -> None:
@@ -127,12 +125,12 @@ class Scheduler:
                 job = state.submit(spec_from_json(row.spec), attempts=row.attempt)
                 job.held, job.not_before = bool(row.held), row.not_before
                 if row.reason_code:  # as persisted: a restart does not rewrite every pending job's reason
-                    self.reasons.setdefault(job.spec.id, (row.reason_code, row.reason, now))
+                    self.reasons.known.setdefault(job.spec.id, (row.reason_code, row.reason, now))
                 if row.not_before > self.clock():
                     heapq.heappush(self.timers, row.not_before)
         state.plan.commit()
         self.state = state
-        self.others = ("", "")  # never a real reason: the next cycle looks at every pending job
+        self.reasons.look_at_all()
         self.own.clear()
         log.info(
             "state loaded in %.0f ms: %d nodes, %d pending, %d live attempts (journal at %d)",
@@ -214,7 +212,7 @@ class Scheduler:
             self.next_cycle = max(began + MIN_CYCLE_INTERVAL, began + took * (1 + CYCLE_DUTY))
             metrics.CYCLE_SECONDS.observe(took)
             self.cycles += 1
-        changes = self._reason_changes(result, now) if result is not None else []
+        changes = self.reasons.changes(self.state, result, now) if result is not None else []
         if not endings and not changes and (result is None or not _decided(result)):
             return
         batch = self._commit(endings, result, changes, now)
@@ -257,7 +255,7 @@ class Scheduler:
             if kind == "submit" and job_id in specs:
                 if job_id not in state.jobs and job_id not in state.running:
                     state.submit(specs[job_id])
-                    self.fresh.add(job_id)
+                    self.reasons.fresh.add(job_id)
             elif kind == "cancel" and job_id in state.jobs:
                 state.remove_pending(job_id)
             elif kind in ("x.hold", "x.release") and job_id in state.jobs:
@@ -302,7 +300,7 @@ class Scheduler:
         assert state is not None
         ended = state.end(JobId(job_id), requeue=ending.requeues, now=self.clock())
         if ending.requeues:
-            self.fresh.add(job_id)
+            self.reasons.fresh.add(job_id)
         if ending.requeues and ending.not_before:
             ended.job.not_before = ending.not_before
             heapq.heappush(self.timers, ending.not_before)
@@ -400,39 +398,6 @@ class Scheduler:
                 select(j.c.id, j.c.request, j.c.run_as, j.c.submit_time).where(j.c.id.in_(ids))
             ).all()
         return {r.id: (json.loads(r.request), r.run_as, r.submit_time) for r in rows}
-
-    def _reason_changes(self, result: CycleResult, now: float) -> list[tuple[str, str, str, bool]]:
-        """Reasons to persist: those of jobs the cycle looked at, of jobs new to pending, and of
-        every other pending job only when the shared reason of the ones not reached changed."""
-        state = self.state
-        assert state is not None
-        known = self.reasons
-        if len(known) > 2 * len(state.jobs) + 1000:
-            for job_id in [j for j in known if j not in state.jobs]:
-                del known[job_id]
-        others = (result.others.code.value, result.others.message) if result.others is not None else None
-        if others != self.others:
-            candidates: Iterable[str] = state.jobs
-        else:
-            candidates = {*result.reasons, *(j for j in self.fresh if j in state.jobs)}
-        self.others = others
-        self.fresh.clear()
-        changes: list[tuple[str, str, str, bool]] = []
-        for job_id in candidates:
-            reason = result.reason_of(JobId(job_id))
-            if reason is None:
-                continue
-            code, message = reason.code.value, reason.message
-            seen = known.get(job_id)
-            if (
-                seen is not None
-                and seen[0] == code
-                and (seen[1] == message or now - seen[2] < REASON_REFRESH)
-            ):
-                continue
-            known[job_id] = (code, message, now)
-            changes.append((job_id, code, message, seen is None or seen[0] != code))
-        return changes
 
 
 class _Row(dict[str, Any]):
