@@ -17,6 +17,7 @@ from corral.core.errors import ConfigError
 from corral.server.api_jobs import PUBLIC_EVENTS
 from corral.server.app import json_response
 from corral.server.auth import ROLES, Principal, create_token, revoke_token
+from corral.server.caller import ctx_of, require_admin, who_of
 from corral.server.cluster import apply_revision, put_setting
 from corral.server.context import Context
 from corral.server.errors import ApiError
@@ -24,21 +25,6 @@ from corral.server.jobs import queues_of
 from corral.store import schema
 
 router = APIRouter()
-
-
-def _ctx(request: Request) -> Context:
-    ctx: Context = request.app.state.ctx
-    return ctx
-
-
-def _who(request: Request) -> Principal:
-    who: Principal = request.state.principal
-    return who
-
-
-def _admin(who: Principal, what: str) -> None:
-    if not who.is_admin:
-        raise ApiError(403, f"only an admin may {what}", fix="ask a cluster admin")
 
 
 # ---- queues and configuration revisions ----------------------------------------------------
@@ -93,7 +79,7 @@ def _queues(ctx: Context, who: Principal) -> list[dict[str, Any]]:
 @router.get("/queues", tags=["queues"])
 async def list_queues(request: Request) -> Response:
     """Queues you may use, with GPUs allocated now, pending jobs, share against weight and quota."""
-    return json_response({"queues": await run_in_threadpool(_queues, _ctx(request), _who(request))})
+    return json_response({"queues": await run_in_threadpool(_queues, ctx_of(request), who_of(request))})
 
 
 class QueueChange(BaseModel):
@@ -123,8 +109,8 @@ def _revise(
 @router.put("/queues/{name}", tags=["queues"])
 async def set_queue(request: Request, name: str, change: QueueChange) -> Response:
     """Change (or add) a queue: a new configuration revision, audited, that can be rolled back."""
-    ctx, who = _ctx(request), _who(request)
-    _admin(who, "change a queue")
+    ctx, who = ctx_of(request), who_of(request)
+    require_admin(who, "change a queue")
     model, _ = ctx.model()
     body = copy.deepcopy(model.body)
     queues = body.setdefault("queues", [])
@@ -150,8 +136,8 @@ class PolicyChange(BaseModel):
 @router.put("/policy", tags=["config"])
 async def set_policy(request: Request, change: PolicyChange) -> Response:
     """Change the scheduling policy: a new configuration revision (rolled back like any other)."""
-    ctx, who = _ctx(request), _who(request)
-    _admin(who, "change the policy")
+    ctx, who = ctx_of(request), who_of(request)
+    require_admin(who, "change the policy")
     model, _ = ctx.model()
     body = copy.deepcopy(model.body)
     body["policy"] = change.name
@@ -169,7 +155,7 @@ async def set_policy(request: Request, change: PolicyChange) -> Response:
 @router.get("/config", tags=["config"])
 async def get_config(request: Request) -> Response:
     """The active cluster configuration (the cluster file as JSON) and its revision."""
-    model, _ = _ctx(request).model()
+    model, _ = ctx_of(request).model()
     return json_response({"revision": model.revision, "config": model.body})
 
 
@@ -178,8 +164,8 @@ async def put_config(
     request: Request, config: dict[str, Any] = Body(...), comment: str = Query("")
 ) -> Response:
     """Replace the configuration with a new cluster file (validated first; nothing changes on error)."""
-    ctx, who = _ctx(request), _who(request)
-    _admin(who, "change the configuration")
+    ctx, who = ctx_of(request), who_of(request)
+    require_admin(who, "change the configuration")
     out = await ctx.write(lambda conn: _revise(ctx, who, config, comment or "configuration replaced", conn))
     ctx.invalidate_model()
     return json_response(out)
@@ -197,9 +183,9 @@ def _revisions(ctx: Context) -> list[dict[str, Any]]:
 @router.get("/config/revisions", tags=["config"])
 async def revisions(request: Request) -> Response:
     """Every configuration revision, oldest first (`corral queues history`)."""
-    model, _ = _ctx(request).model()
+    model, _ = ctx_of(request).model()
     return json_response(
-        {"active": model.revision, "revisions": await run_in_threadpool(_revisions, _ctx(request))}
+        {"active": model.revision, "revisions": await run_in_threadpool(_revisions, ctx_of(request))}
     )
 
 
@@ -218,8 +204,8 @@ def _rollback(ctx: Context, who: Principal, revision: int, conn: Connection) -> 
 @router.post("/config/rollback", tags=["config"])
 async def rollback(request: Request, body: Rollback) -> Response:
     """Make an earlier revision active again (as a new revision, so the history only grows)."""
-    ctx, who = _ctx(request), _who(request)
-    _admin(who, "roll the configuration back")
+    ctx, who = ctx_of(request), who_of(request)
+    require_admin(who, "roll the configuration back")
     out = await ctx.write(lambda conn: _rollback(ctx, who, body.revision, conn))
     ctx.invalidate_model()
     return json_response(out)
@@ -243,7 +229,7 @@ async def events(
     wait: float = Query(0.0, ge=0, le=60, description="long poll: wait up to this many seconds for one"),
 ) -> Response:
     """The event log of DESIGN.md 4.6 (yours: your team's jobs), one JSON object per event."""
-    ctx, who = _ctx(request), _who(request)
+    ctx, who = ctx_of(request), who_of(request)
     if who.role == "agent":
         raise ApiError(403, "agent tokens may not read the event log")
     deadline = time.monotonic() + wait
@@ -273,8 +259,8 @@ async def audit(
     request: Request, limit: int = Query(200, ge=1, le=10_000), after: int = Query(0, ge=0)
 ) -> Response:
     """The newest audit records (who, what, result), oldest first."""
-    _admin(_who(request), "read the audit log")
-    return json_response({"audit": await run_in_threadpool(_audit, _ctx(request), limit, after)})
+    require_admin(who_of(request), "read the audit log")
+    return json_response({"audit": await run_in_threadpool(_audit, ctx_of(request), limit, after)})
 
 
 class TokenRequest(BaseModel):
@@ -290,8 +276,8 @@ class TokenRequest(BaseModel):
 @router.post("/tokens", tags=["admin"], status_code=201)
 async def make_token(request: Request, req: TokenRequest) -> Response:
     """Create a token; the secret is in this answer only."""
-    ctx, who = _ctx(request), _who(request)
-    _admin(who, "create tokens")
+    ctx, who = ctx_of(request), who_of(request)
+    require_admin(who, "create tokens")
     if req.role not in ROLES:
         raise ApiError(422, f"unknown role {req.role!r}", fix=f"use one of: {', '.join(ROLES)}")
     if req.role == "member" and not req.team:
@@ -317,15 +303,15 @@ def _tokens(ctx: Context) -> list[dict[str, Any]]:
 @router.get("/tokens", tags=["admin"])
 async def list_tokens(request: Request) -> Response:
     """Every token (never the secret)."""
-    _admin(_who(request), "list tokens")
-    return json_response({"tokens": await run_in_threadpool(_tokens, _ctx(request))})
+    require_admin(who_of(request), "list tokens")
+    return json_response({"tokens": await run_in_threadpool(_tokens, ctx_of(request))})
 
 
 @router.delete("/tokens/{token_id}", tags=["admin"])
 async def delete_token(request: Request, token_id: str) -> Response:
     """Revoke a token at once."""
-    ctx, who = _ctx(request), _who(request)
-    _admin(who, "revoke tokens")
+    ctx, who = ctx_of(request), who_of(request)
+    require_admin(who, "revoke tokens")
     if not await ctx.write(lambda conn: revoke_token(conn, token_id)):
         raise ApiError(404, f"no live token {token_id}", fix="see `corral token list`")
     ctx.tokens.forget(token_id)
@@ -342,8 +328,8 @@ def _pause(ctx: Context, paused: bool, who: Principal, conn: Connection) -> dict
 @router.post("/admin/{verb}", tags=["admin"])
 async def admin_verb(request: Request, verb: str, body: dict[str, Any] | None = Body(None)) -> Response:
     """`pause` (decisions frozen, running jobs untouched), `resume`, `backup` (`{"path": ...}`)."""
-    ctx, who = _ctx(request), _who(request)
-    _admin(who, verb)
+    ctx, who = ctx_of(request), who_of(request)
+    require_admin(who, verb)
     if verb in ("pause", "resume"):
         return json_response(await ctx.write(lambda conn: _pause(ctx, verb == "pause", who, conn)))
     if verb == "backup":
@@ -386,7 +372,7 @@ def _usage(ctx: Context, who: Principal, since: float) -> list[dict[str, Any]]:
 @router.get("/usage", tags=["queues"])
 async def usage(request: Request, since: float = Query(0.0, ge=0, description="Unix time")) -> Response:
     """GPU-hours per queue and user since `since`, from the attempts the event log records."""
-    who = _who(request)
+    who = who_of(request)
     if who.role == "agent":  # its empty team would match the jobs of admins, who have none
         raise ApiError(403, "agent tokens may not read usage", fix="use a member or admin token")
-    return json_response({"usage": await run_in_threadpool(_usage, _ctx(request), who, since)})
+    return json_response({"usage": await run_in_threadpool(_usage, ctx_of(request), who, since)})

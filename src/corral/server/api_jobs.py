@@ -14,6 +14,7 @@ from starlette.responses import Response
 from corral.server import metrics
 from corral.server.app import json_response
 from corral.server.auth import Principal
+from corral.server.caller import ctx_of, who_of
 from corral.server.context import Context
 from corral.server.errors import ApiError
 from corral.server.jobs import ACTIVE_STATES, LIVE_STATES, job_json, new_job_json, prepare
@@ -38,16 +39,6 @@ PUBLIC_EVENTS = (
 )
 
 
-def _ctx(request: Request) -> Context:
-    ctx: Context = request.app.state.ctx
-    return ctx
-
-
-def _who(request: Request) -> Principal:
-    who: Principal = request.state.principal
-    return who
-
-
 def _no_agents(who: Principal) -> None:
     if who.role == "agent":
         raise ApiError(403, "agent tokens may not use the jobs API", fix="use a member or admin token")
@@ -58,7 +49,7 @@ async def submit(
     request: Request, spec: dict[str, Any] = Body(..., description="a job spec (DESIGN.md 4.2)")
 ) -> Response:
     """Submit a job; 201 with the job object, or 422 with what to change (and 403 outside your team)."""
-    return json_response(await submit_job(_ctx(request), _who(request), spec), 201)
+    return json_response(await submit_job(ctx_of(request), who_of(request), spec), 201)
 
 
 async def submit_job(ctx: Context, who: Principal, spec: object) -> dict[str, Any]:
@@ -129,7 +120,7 @@ async def list_jobs(
     after: int = Query(0, ge=0, description="only jobs with a larger seq (paging)"),
 ) -> Response:
     """Jobs you may see (your team's; admins: all), oldest first."""
-    who = _who(request)
+    who = who_of(request)
     _no_agents(who)
     wanted: list[str] = []
     for s in state:
@@ -139,7 +130,7 @@ async def list_jobs(
             raise ApiError(422, f"unknown state {s!r}", fix=f"use one of: {', '.join(STATES)}, active")
         else:
             wanted.append(s)
-    rows = await run_in_threadpool(_list, _ctx(request), who, wanted, queue, user, limit, after)
+    rows = await run_in_threadpool(_list, ctx_of(request), who, wanted, queue, user, limit, after)
     return json_response({"jobs": rows})
 
 
@@ -156,9 +147,9 @@ def _get(ctx: Context, who: Principal, job_id: str) -> tuple[Any, list[dict[str,
 @router.get("/jobs/{job_id}")
 async def get_job(request: Request, job_id: str) -> Response:
     """One job: state, placement, and the reason it is pending."""
-    who = _who(request)
+    who = who_of(request)
     _no_agents(who)
-    row, placement = await run_in_threadpool(_get, _ctx(request), who, job_id)
+    row, placement = await run_in_threadpool(_get, ctx_of(request), who, job_id)
     return json_response(job_json(row, placement))
 
 
@@ -182,9 +173,9 @@ def _history(ctx: Context, who: Principal, job_id: str) -> dict[str, Any]:
 @router.get("/jobs/{job_id}/events")
 async def job_events(request: Request, job_id: str) -> Response:
     """The job's events (DESIGN.md 4.6) and the history of the reasons it waited."""
-    who = _who(request)
+    who = who_of(request)
     _no_agents(who)
-    return json_response(await run_in_threadpool(_history, _ctx(request), who, job_id))
+    return json_response(await run_in_threadpool(_history, ctx_of(request), who, job_id))
 
 
 # ---- state changes by users and operators ---------------------------------------------------
@@ -280,6 +271,6 @@ async def change_job(request: Request, job_id: str, action: str) -> Response:
     """`cancel` (a running job is told to checkpoint and stop), `hold`, `release`, `requeue`."""
     if action not in ("cancel", "hold", "release", "requeue"):
         raise ApiError(404, f"no action {action!r} on jobs", fix="use cancel, hold, release or requeue")
-    ctx, who = _ctx(request), _who(request)
+    ctx, who = ctx_of(request), who_of(request)
     _no_agents(who)
     return json_response(await ctx.write(lambda conn: _change(ctx, who, job_id, action, conn)))

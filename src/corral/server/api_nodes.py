@@ -17,6 +17,7 @@ from corral.config.gpu_models import normalise_gpu_model
 from corral.core.model import NodeName, NodeSpec, NodeState
 from corral.server.app import json_response
 from corral.server.auth import Principal
+from corral.server.caller import ctx_of, require_admin, who_of
 from corral.server.cluster import cluster_event, node_spec_of, node_values
 from corral.server.context import Context
 from corral.server.errors import ApiError
@@ -25,21 +26,6 @@ from corral.store.engine import dumps
 
 router = APIRouter()
 HEARTBEAT_INTERVAL = 5.0
-
-
-def _ctx(request: Request) -> Context:
-    ctx: Context = request.app.state.ctx
-    return ctx
-
-
-def _who(request: Request) -> Principal:
-    who: Principal = request.state.principal
-    return who
-
-
-def _admin(who: Principal, what: str) -> None:
-    if not who.is_admin:
-        raise ApiError(403, f"only an admin may {what}", fix="ask a cluster admin")
 
 
 # ---- nodes ---------------------------------------------------------------------------------
@@ -81,7 +67,7 @@ def _nodes(ctx: Context) -> list[dict[str, Any]]:
 @router.get("/nodes", tags=["nodes"])
 async def list_nodes(request: Request) -> Response:
     """Every node with its state, GPUs allocated and free, health and heartbeat age."""
-    return json_response({"nodes": await run_in_threadpool(_nodes, _ctx(request))})
+    return json_response({"nodes": await run_in_threadpool(_nodes, ctx_of(request))})
 
 
 def _set_state(
@@ -171,8 +157,8 @@ async def change_node(request: Request, name: str, action: str, body: NodeChange
     """`cordon` (no new work), `drain` (jobs checkpointed and requeued by the deadline), `undrain`."""
     if action not in ("cordon", "drain", "undrain"):
         raise ApiError(404, f"no action {action!r} on nodes", fix="use cordon, drain or undrain")
-    ctx, who = _ctx(request), _who(request)
-    _admin(who, f"{action} a node")
+    ctx, who = ctx_of(request), who_of(request)
+    require_admin(who, f"{action} a node")
     body = body or NodeChange(deadline=None)
     out = await ctx.write(lambda conn: _set_state(ctx, who, name, action, body.deadline, body.reason, conn))
     ctx.invalidate_model()
@@ -281,7 +267,7 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
 @router.post("/agents/register", tags=["agents"])
 async def register(request: Request, reg: Registration) -> Response:
     """An agent joins: its node becomes `up` (a declared node whose inventory differs is drained)."""
-    ctx, who = _ctx(request), _who(request)
+    ctx, who = ctx_of(request), who_of(request)
     _agent(who, reg.node, registering=True)
     out = await ctx.write(lambda conn: _register(ctx, who, reg, conn))
     ctx.incarnations[reg.node] = out["incarnation"]
@@ -315,7 +301,7 @@ def _incarnation(ctx: Context, node: str, incarnation: int) -> None:
 @router.post("/agents/{node}/heartbeat", tags=["agents"])
 async def heartbeat(request: Request, node: str, beat: Heartbeat) -> Response:
     """Kept in memory only (DESIGN.md 6.4); answers with the lease the agent may assume."""
-    ctx, who = _ctx(request), _who(request)
+    ctx, who = ctx_of(request), who_of(request)
     _agent(who, node)
     if node in ctx.incarnations:
         _incarnation(ctx, node, beat.incarnation)
@@ -339,7 +325,7 @@ async def assignments(
     request: Request, node: str, after: int = Query(0, ge=0), wait: float = Query(0.0, ge=0, le=60)
 ) -> Response:
     """Start and stop orders for the node after `after`; waits up to `wait` s for one (long poll)."""
-    ctx, who = _ctx(request), _who(request)
+    ctx, who = ctx_of(request), who_of(request)
     _agent(who, node)
     deadline = time.monotonic() + wait
     while True:
@@ -400,7 +386,7 @@ def _report(ctx: Context, node: str, rep: Report, conn: Connection) -> dict[str,
 @router.post("/agents/{node}/reports", tags=["agents"])
 async def report(request: Request, node: str, rep: Report) -> Response:
     """An attempt's workers are running, or have exited (the scheduler then ends the attempt)."""
-    ctx, who = _ctx(request), _who(request)
+    ctx, who = ctx_of(request), who_of(request)
     _agent(who, node)
     await run_in_threadpool(_incarnation, ctx, node, rep.incarnation)
     return json_response(await ctx.write(lambda conn: _report(ctx, node, rep, conn)))
