@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, insert, select, update
 
 from corral.config.cluster_file import ClusterConfig, parse_cluster_config
+from corral.core.eventshape import cluster_line
 from corral.core.model import NodeName, NodeSpec, NodeState
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
@@ -173,23 +174,5 @@ def apply_revision(
 def cluster_event(model: ClusterModel, nodes: Iterable[NodeSpec]) -> dict[str, Any]:
     """The `cluster` line of the event log (DESIGN.md 4.6) for `nodes` under the active configuration."""
     cfg = model.config
-    return {
-        "event": "cluster",
-        "revision": model.revision,
-        "topology": list(cfg.topology),
-        "nodes": [
-            {
-                "name": n.name,
-                "gpus": n.gpus,
-                "gpu_model": n.gpu_model,
-                "labels": dict(n.labels),
-                "nvlink": [list(g) for g in n.nvlink],
-            }
-            for n in nodes
-        ],
-        "queues": [
-            {"name": q.name, "weight": q.weight, "quota": q.quota, "limit": q.limit, "cohort": q.cohort}
-            for q in cfg.queues
-        ],
-        "priority_classes": {p.name: p.value for p in cfg.priority_classes},
-    }
+    line = cluster_line(cfg.topology, nodes, cfg.queues, cfg.priority_classes)
+    return {"event": "cluster", "revision": model.revision, **line}

@@ -19,6 +19,7 @@ from sqlalchemy import Connection, and_, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from corral.core.decisions import Preempt, Start
+from corral.core.eventshape import placement_json
 from corral.store import schema
 from corral.store.engine import append_events, dumps
 
@@ -28,10 +29,6 @@ RESTART_BACKOFF_MAX = 300.0
 
 class GuardFailed(Exception):
     """A row changed since the scheduler read it: the group is dropped."""
-
-
-def placement_json(start: Start) -> list[dict[str, Any]]:
-    return [{"node": r.node, "gpus": list(r.gpus)} for r in start.placement]
 
 
 class Batch:
@@ -88,7 +85,7 @@ class Batch:
         ).rowcount
         if changed != 1:
             raise GuardFailed(f"start {s.job}: the job is no longer pending at attempt {previous_attempt}")
-        placement = placement_json(s)
+        placement = placement_json(s.placement)
         conn.execute(
             insert(schema.attempts).values(
                 job_id=s.job,

@@ -11,7 +11,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
-from corral.core.model import NodeSpec, Placement, PriorityClass, QueueSpec
+from corral.core.eventshape import cluster_line, placement_json
+from corral.core.model import NodeSpec, PriorityClass, QueueSpec
+
+__all__ = ["EventLog", "JsonLinesSink", "placement_json"]
 
 Sink = Callable[[dict[str, Any]], None]
 
@@ -42,37 +45,7 @@ class EventLog:
         queues: Iterable[QueueSpec],
         classes: Iterable[PriorityClass],
     ) -> None:
-        self.emit(
-            {
-                "event": "cluster",
-                "topology": list(levels),
-                "nodes": [
-                    {
-                        "name": n.name,
-                        "gpus": n.gpus,
-                        "gpu_model": n.gpu_model,
-                        "labels": dict(n.labels),
-                        "nvlink": [list(g) for g in n.nvlink],
-                    }
-                    for n in nodes
-                ],
-                "queues": [
-                    {
-                        "name": q.name,
-                        "weight": q.weight,
-                        "quota": q.quota,
-                        "limit": q.limit,
-                        "cohort": q.cohort,
-                    }
-                    for q in queues
-                ],
-                "priority_classes": {p.name: p.value for p in classes},
-            }
-        )
-
-
-def placement_json(placement: Placement) -> list[dict[str, Any]]:
-    return [{"node": r.node, "gpus": list(r.gpus)} for r in placement]
+        self.emit(cluster_line(levels, nodes, queues, classes))
 
 
 class JsonLinesSink:
