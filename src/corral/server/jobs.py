@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection
 
 from corral.config.job_spec import JobRequest, parse_job_spec, to_job_spec
 from corral.core.errors import ConfigError
@@ -25,8 +25,7 @@ from corral.core.state import ClusterState
 from corral.server.auth import Principal
 from corral.server.cluster import ClusterModel
 from corral.server.errors import ApiError
-from corral.store import schema
-from corral.store.engine import append_events, dumps
+from corral.store.engine import append_events, dumps, insert_rows
 
 LIVE_STATES = ("starting", "running", "stopping")
 ACTIVE_STATES = ("pending", *LIVE_STATES)
@@ -132,7 +131,7 @@ def insert_job(conn: Connection, prepared: Prepared, is_sqlite: bool) -> str:
 
 def insert_jobs(conn: Connection, batch: Sequence[Prepared], is_sqlite: bool) -> list[str]:
     """Write submissions and their `submit` events with one statement per table; returns the ids."""
-    first = (conn.execute(select(func.max(schema.jobs.c.seq))).scalar() or 0) + 1
+    first = (conn.exec_driver_sql("SELECT max(seq) FROM jobs").scalar() or 0) + 1
     rows, events, ids = [], [], []
     for seq, prepared in enumerate(batch, start=first):
         job_id = f"j{seq}"
@@ -140,7 +139,7 @@ def insert_jobs(conn: Connection, batch: Sequence[Prepared], is_sqlite: bool) ->
         rows.append(_job_row(seq, job_id, spec, prepared))
         events.append(submit_event(spec))
         ids.append(job_id)
-    conn.execute(insert(schema.jobs), rows)
+    insert_rows(conn, "jobs", rows)
     append_events(conn, events, is_sqlite)
     return ids
 

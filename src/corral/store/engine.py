@@ -20,9 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, insert, select
-
-from corral.store import schema
+from sqlalchemy import Connection, Engine, create_engine, event
 
 JOURNAL_LOCK = 73_010_001  # pg_advisory_xact_lock key for journal appends
 BUSY_TIMEOUT_MS = 30_000
@@ -125,9 +123,7 @@ def append_events(
         return rows
     if not is_sqlite:
         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({JOURNAL_LOCK})")
-    last = conn.execute(
-        select(schema.events.c.seq, schema.events.c.t).order_by(schema.events.c.seq.desc()).limit(1)
-    ).first()
+    last = conn.exec_driver_sql("SELECT seq, t FROM events ORDER BY seq DESC LIMIT 1").first()
     seq, t_floor = (last[0], last[1]) if last is not None else (0, 0.0)
     now = time.time()
     values = []
@@ -140,5 +136,22 @@ def append_events(
         row["seq"], row["t"] = seq, t
         body = {"seq": seq, "t": t, **{k: v for k, v in row.items() if k not in ("seq", "t")}}
         values.append({"seq": seq, "t": t, "kind": row["event"], "job": row.get("job"), "body": dumps(body)})
-    conn.execute(insert(schema.events), values)
+    insert_rows(conn, "events", values)
     return rows
+
+
+def insert_rows(conn: Connection, table: str, rows: list[dict[str, Any]]) -> None:
+    """executemany of plain INSERTs in the driver's own paramstyle: the hot writes (submissions,
+    their events) skip SQLAlchemy's statement construction and cache-key work (tens of µs each)."""
+    columns = tuple(rows[0])
+    key = (conn.dialect.name, table, columns)
+    sql = _INSERTS.get(key)
+    if sql is None:
+        style = ":{}" if conn.dialect.name == "sqlite" else "%({})s"
+        quoted = ", ".join(f'"{c}"' for c in columns)
+        sql = f'INSERT INTO "{table}" ({quoted}) VALUES ({", ".join(style.format(c) for c in columns)})'
+        _INSERTS[key] = sql
+    conn.exec_driver_sql(sql, rows)
+
+
+_INSERTS: dict[tuple[str, str, tuple[str, ...]], str] = {}
