@@ -658,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--clients", type=int, default=4, help="submit: client processes (default 4)")
     parser.add_argument(
-        "--threads", type=int, default=2, help="submit: connections per client process (default 2)"
+        "--threads", type=int, default=6, help="submit: connections per client process (default 6)"
     )
     parser.add_argument("--duration", type=float, default=10.0, help="submit: measured seconds (default 10)")
     parser.add_argument("--samples", type=int, default=200, help="latency: jobs (default 200)")

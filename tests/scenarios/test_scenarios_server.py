@@ -136,6 +136,7 @@ class ServerScenario:
         self.engines = make_engines(self.url)  # the scheduler's own, as in its own process
         self.opened.append(self.engines.dispose)
         self.scheduler = Scheduler(self.engines, clock=self.clock)  # the policy: from the revision
+        self.scheduler.reason_flush = 0.0  # every step's reasons are checked: write them at once
         self.opened += [self.scheduler.doorbell.close, self.scheduler.api_bell.sock.close]
         self.scheduler.reload()
 

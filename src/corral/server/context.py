@@ -88,6 +88,9 @@ class Context:
     def start(self) -> None:
         self.doorbell.publish(self.engines.writer)
         self._listener.start()
+        # the cluster view (10,000 nodes: most of a second) is built now, in the background, not
+        # by the first submission after a start
+        threading.Thread(target=self.model, name="corral-cluster-view", daemon=True).start()
 
     def close(self) -> None:
         self._stop.set()

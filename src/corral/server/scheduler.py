@@ -51,6 +51,7 @@ FOREIGN_DECISIONS = ("start", "preempting", "preempt", "lost", "restart", "finis
 # well under a millisecond: submit-to-start stays far below 100 ms.
 MIN_CYCLE_INTERVAL = 0.02
 CYCLE_DUTY = 2.0
+REASON_FLUSH = 1.0  # seconds between writes of reasons alone (decisions write them at once)
 
 
 class Scheduler:
@@ -74,6 +75,9 @@ class Scheduler:
         self.replay: list[Any] = []  # journal entries behind the cursor still to apply (after a reload)
         self.revision = -1
         self.next_cycle = 0.0
+        self.reasons_due = 0.0
+        self.reason_flush = REASON_FLUSH
+        self.reasons_waiting = False  # a cycle's reasons were not written yet
 
     # ---- memory from the database -------------------------------------------------------
     def reload(self) -> None:
@@ -183,11 +187,14 @@ class Scheduler:
             while self.timers and self.timers[0] <= now:
                 heapq.heappop(self.timers)
             timeout = FALLBACK_WAKE if not self.timers else min(FALLBACK_WAKE, self.timers[0] - now)
+            if self.reasons_waiting:
+                timeout = min(timeout, self.reasons_due - time.monotonic())
             rung = self.doorbell.wait(timeout)
             pause = self.next_cycle - time.monotonic()
             if rung and pause > 0:  # a flood of rings: gather it into one cycle
                 time.sleep(pause)
             due = bool(self.timers) and self.timers[0] <= self.clock()
+            due = due or (self.reasons_waiting and time.monotonic() >= self.reasons_due)
             self.step(force=rung or due)
 
     def step(self, force: bool = False) -> None:
@@ -212,7 +219,17 @@ class Scheduler:
             self.next_cycle = max(began + MIN_CYCLE_INTERVAL, began + took * (1 + CYCLE_DUTY))
             metrics.CYCLE_SECONDS.observe(took)
             self.cycles += 1
-        changes = self.reasons.changes(self.state, result, now) if result is not None else []
+        changes: list[tuple[str, str, str, bool]] = []
+        decided = endings or (result is not None and _decided(result))
+        if result is not None:
+            # reasons alone are written at most every REASON_FLUSH seconds: under a flood of
+            # submissions each write would take SQLite's one write lock from the API
+            self.reasons_waiting = not (decided or time.monotonic() >= self.reasons_due)
+            if not self.reasons_waiting:
+                changes = self.reasons.changes(self.state, result, now)
+                self.reasons_due = time.monotonic() + self.reason_flush
+        else:
+            self.reasons_waiting = False
         if not endings and not changes and (result is None or not _decided(result)):
             return
         batch = self._commit(endings, result, changes, now)
