@@ -47,10 +47,10 @@ JOURNAL_PAGE = 5000
 FOREIGN_DECISIONS = ("start", "preempting", "preempt", "lost", "restart", "finish", "fail", "reject")
 # Under a flood of changes, cycles are gathered: the next starts no sooner than MIN_CYCLE_INTERVAL
 # after the last one began, nor sooner than CYCLE_DUTY times its duration after it ended, so a
-# long backlog costs the scheduler at most about a third of a core. An idle cluster's cycle takes
+# long backlog costs the scheduler at most about a fifth of a core. An idle cluster's cycle takes
 # well under a millisecond: submit-to-start stays far below 100 ms.
 MIN_CYCLE_INTERVAL = 0.02
-CYCLE_DUTY = 2.0
+CYCLE_DUTY = 4.0
 REASON_FLUSH = 1.0  # seconds between writes of reasons alone (decisions write them at once)
 
 
