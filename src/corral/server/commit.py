@@ -25,6 +25,7 @@ from corral.store.engine import append_events, dumps
 
 RESTART_BACKOFF = 10.0
 RESTART_BACKOFF_MAX = 300.0
+MASTER_PORTS = range(29500, 30000)
 
 
 class GuardFailed(Exception):
@@ -65,7 +66,9 @@ class Batch:
         conn, j = self.conn, schema.jobs
         nodes = sorted({r.node for r in s.placement})
         up = conn.execute(
-            select(schema.nodes.c.name).where(schema.nodes.c.name.in_(nodes), schema.nodes.c.state == "up")
+            select(schema.nodes.c.name, schema.nodes.c.address).where(
+                schema.nodes.c.name.in_(nodes), schema.nodes.c.state == "up"
+            )
         ).all()
         if len(up) != len(nodes):
             raise GuardFailed(f"start {s.job}: a node of its placement is no longer up")
@@ -86,12 +89,14 @@ class Batch:
         if changed != 1:
             raise GuardFailed(f"start {s.job}: the job is no longer pending at attempt {previous_attempt}")
         placement = placement_json(s.placement)
+        master_port = self._master_port(s.placement[0].node) if s.placement else MASTER_PORTS[0]
         conn.execute(
             insert(schema.attempts).values(
                 job_id=s.job,
                 attempt=s.attempt,
                 state="starting",
                 placement=dumps(placement),
+                master_port=master_port,
                 started_at=self.now,
             )
         )
@@ -111,9 +116,29 @@ class Batch:
             "placement": placement,
             "run_as": run_as,
             "spec": request,
+            "addresses": {r.name: r.address for r in up},
+            "master_port": master_port,
         }
         for node in nodes:
             self.outbox(node, {"kind": "start", **order})
+
+    def _master_port(self, node: str) -> int:
+        """DESIGN.md 4.3: the lowest port of the range no live attempt with replica 0 on `node` holds."""
+        a = schema.attempts
+        prefix = '[{"node":' + json.dumps(node) + ","
+        taken = set(
+            self.conn.execute(
+                select(a.c.master_port).where(
+                    a.c.state != "ended",
+                    a.c.master_port.is_not(None),
+                    a.c.placement.startswith(prefix, autoescape=True),
+                )
+            ).scalars()
+        )
+        for port in MASTER_PORTS:
+            if port not in taken:
+                return port
+        raise GuardFailed(f"no free master port on {node}")
 
     def preempt(self, victims: Sequence[tuple[Preempt, list[str]]]) -> None:
         """Tell every victim of one preemptor to checkpoint and stop; all or none."""

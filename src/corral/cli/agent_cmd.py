@@ -1,0 +1,71 @@
+"""`corral agent`: the node agent of one machine (register, heartbeat, run the workers it is sent)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from corral.cli.main import app
+from corral.cli.remote import fail
+
+
+@app.command(rich_help_panel="Control plane")
+def agent(
+    server: Annotated[str, typer.Option(envvar="CORRAL_SERVER", help="the server URL")],
+    token: Annotated[str, typer.Option(envvar="CORRAL_AGENT_TOKEN", help="this node's agent (join) token")],
+    node: Annotated[str | None, typer.Option(help="this node's name (default: the host name)")] = None,
+    gpus: Annotated[
+        int | None,
+        typer.Option(help="declare this many GPUs instead of asking NVML", min=0, show_default=False),
+    ] = None,
+    gpu_model: Annotated[str | None, typer.Option(help="their model, e.g. H100-80GB")] = None,
+    address: Annotated[
+        str | None,
+        typer.Option(help="address workers reach this node at (default: the one facing the server)"),
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="worker logs and run files (default: the Corral data directory)")
+    ] = None,
+    checkpoint_root: Annotated[
+        Path | None, typer.Option(help="root of CORRAL_CHECKPOINT_DIR (default: DATA_DIR/checkpoints)")
+    ] = None,
+) -> None:
+    """Run this machine's node agent: its workers are process groups; Ctrl-C stops it and them."""
+    from corral.agent.inventory import address_towards, declared_or_detected, inventory
+    from corral.agent.runner import Agent
+    from corral.cli import settings
+    from corral.client import ClientError
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s corral agent: %(message)s", stream=sys.stderr)
+    directory = data_dir or settings.data_dir()
+    found = declared_or_detected(gpus, gpu_model)
+    body = inventory(node or socket.gethostname(), found, address or address_towards(server))
+    try:
+        runner = Agent(server, token, body, directory, checkpoint_root)
+    except ValueError as exc:
+        fail(str(exc), "pass --server http://HOST:PORT")
+
+    def stop(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    model = f" x {found.model}" if found.model else ""
+    try:
+        runner.run(
+            lambda joined: typer.echo(
+                f"Node {body['node']} joined {server} with {found.count}{model} GPUs "
+                f"(address {body['address']}, incarnation {joined['incarnation']})."
+            )
+        )
+    except KeyboardInterrupt:
+        typer.echo("corral agent: stopped")
+    except ClientError as err:
+        fail(f"corral agent: {err.message}", err.fix)
+    finally:
+        runner.shutdown()
