@@ -85,7 +85,7 @@ def test_up_serves_registers_the_node_and_writes_the_config(up_declared: Up) -> 
     url = f"http://127.0.0.1:{up.port}"
     assert f"API {url}/v1, its OpenAPI schema at {url}/openapi.json" in out
     assert "Node workstation joined with 2 x H100-80GB GPUs." in out
-    assert "wait in `starting` until a node agent runs them" in out and DECLARE_HINT not in out
+    assert "This node's agent runs the jobs placed on it" in out and DECLARE_HINT not in out
     assert up.config.stat().st_mode & 0o777 == 0o600
     config = json.loads(up.config.read_text())
     assert config["server"] == url and config["token"] == (up.data_dir / "admin-token").read_text().strip()
@@ -93,10 +93,15 @@ def test_up_serves_registers_the_node_and_writes_the_config(up_declared: Up) -> 
     assert [(n["name"], n["state"], n["gpus"], n["gpu_model"]) for n in nodes] == [
         ("workstation", "up", 2, "H100-80GB")
     ]
-    job = up.json("submit", "--gpus", "2", "--", "python", "train.py")
+    show_gpus = "import os; print('gpus', os.environ['CUDA_VISIBLE_DEVICES'])"
+    job = up.json("submit", "--gpus", "2", "--", "python", "-c", show_gpus)
     assert job["queue"] == "default" and job["state"] == "pending"
-    placed = wait_for(lambda: (j := up.json("show", job["id"]))["state"] == "starting" and j, timeout=30)
-    assert placed["placement"] == [{"node": "workstation", "gpus": [0, 1]}]
+    done = wait_for(
+        lambda: (j := up.json("show", job["id"]))["state"] in ("finished", "failed") and j, timeout=30
+    )
+    assert done["state"] == "finished", done
+    log = up.data_dir / "logs" / job["id"] / "attempt-1" / "rank-0.log"
+    assert log.read_text() == "gpus 0,1\n"
     too_big = up.corral("submit", "--gpus", "3", "--", "true")
     assert too_big.returncode == 2 and "--replicas 3 --gpus-per-replica 1" in too_big.stderr
     assert up.stop() == 0
@@ -112,7 +117,9 @@ def test_up_without_a_gpu_says_once_how_to_declare_some(tmp_path: Path) -> None:
         out = up.output()
         assert out.count(DECLARE_HINT) == 1 and f"Node {socket.gethostname()} joined with 0 GPUs." in out
         job = up.json("submit", "--gpus", "0", "--", "echo", "hello")
-        wait_for(lambda: up.json("show", job["id"])["state"] == "starting", timeout=30)
+        wait_for(lambda: up.json("show", job["id"])["state"] == "finished", timeout=30)
+        log = up.data_dir / "logs" / job["id"] / "attempt-1" / "rank-0.log"
+        assert log.read_text() == "hello\n"
         second = Up(tmp_path / "again", port=up.port)  # the port is taken
         assert second.proc.wait(60) == 2 and f"port {up.port} on 127.0.0.1 is in use" in second.output()
     finally:

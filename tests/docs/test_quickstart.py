@@ -66,11 +66,24 @@ def test_quickstart_runs_as_written(tmp_path: Path) -> None:
             assert proc.returncode == expected, f"{argv}: {proc.stdout}{proc.stderr}"
         refused = outputs["corral submit --name"]
         assert refused is not None
-        jobs = outputs["corral jobs"].stdout
-        assert "hello" in jobs and "starting" in jobs
+        jobs = outputs["corral jobs --all"].stdout
+        assert "hello" in jobs and "sleepy" in jobs
         assert "never run" in " ".join(p.stderr for p in outputs.values())
         events = [json.loads(line) for line in outputs["corral events --json"].stdout.splitlines()]
-        assert [e["event"] for e in events][:3] == ["cluster", "submit", "start"]
+        assert events[0]["event"] == "cluster"
+        assert {"submit", "start"} <= {e["event"] for e in events}
+        deadline = time.monotonic() + 30  # the page says hello finishes, sleepy gets cancelled
+        while True:
+            shown = subprocess.run(
+                [*CORRAL, "jobs", "--all", "--json"], env=env, capture_output=True, text=True, timeout=60
+            )
+            states = {j["name"]: j["state"] for j in json.loads(shown.stdout)["jobs"]}
+            if states.get("hello") == "finished" and states.get("sleepy") == "cancelled":
+                break
+            assert time.monotonic() < deadline, states
+            time.sleep(0.2)
+        printed = tmp_path / "data" / "logs" / "j1" / "attempt-1" / "rank-0.log"
+        assert printed.read_text() == "hello\n"
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:

@@ -27,13 +27,10 @@ from corral.cli.remote import fail
 PANEL = "Control plane"
 
 if TYPE_CHECKING:
+    from corral.agent.runner import Agent
     from corral.client import Client, JsonObject
 
 DECLARE_HINT = "corral up --gpus 8 --gpu-model H100-80GB"
-AGENT_PENDING = (
-    "Jobs are placed on this node but wait in `starting` until a node agent runs them "
-    "(the agent, `corral agent`, is not built yet)."
-)
 
 
 @dataclass(frozen=True)
@@ -147,9 +144,10 @@ def up(
             found = Gpus(found.count, _model(gpu_model), found.memory_gib)
     name = node or socket.gethostname()
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    agents: list[Agent] = []
     joiner = threading.Thread(
         target=_join,
-        args=(url, directory, local_inventory(name, found), found),
+        args=(url, directory, local_inventory(name, found), found, agents),
         name="corral-up-node",
         daemon=True,
     )
@@ -158,20 +156,29 @@ def up(
         serve(opts)
     except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it shut down on: the normal way out
         typer.echo("corral up: stopped")
+    finally:
+        for running in agents:  # its workers are process groups of their own: Ctrl-C does not reach them
+            running.shutdown()
 
 
-def _join(url: str, directory: Path, inventory: dict[str, Any], gpus: Gpus) -> None:
-    """After the API answers: register the node, write the config, say what is where; heartbeat."""
+def _join(url: str, directory: Path, inventory: dict[str, Any], gpus: Gpus, agents: list[Agent]) -> None:
+    """After the API answers: register the node, write the config, say what is where; then run
+    this machine's node agent (heartbeats, and the workers of the jobs placed here)."""
+    from corral.agent.runner import Agent
     from corral.cli.remote import say_error
     from corral.client import ClientError
 
     try:
         _wait_healthy(url)
         admin = _admin_token(url, directory)
-        node, joined = _register(url, directory, admin, inventory)
-        with node:
-            _announce(url, directory, admin, inventory, gpus)
-            _heartbeat(node, inventory, joined)
+        node, _ = _register(url, directory, admin, inventory)
+        node.close()
+        _announce(url, directory, admin, inventory, gpus)
+        token = (directory / "agent-token").read_text().strip()  # `_register` keeps it there
+        # long polls of 2 s end within the server's 3 s graceful stop: Ctrl-C cancels none of them
+        running = Agent(url, token, inventory, directory, poll_wait=2.0)
+        agents.append(running)
+        running.run()
     except ClientError as err:
         if not err.is_unreachable:  # unreachable: the server is stopping
             say_error(f"corral up could not register this node: {err.message}", err.fix)
@@ -264,26 +271,7 @@ def _announce(url: str, directory: Path, admin: str, inventory: dict[str, Any], 
     lines += [
         f"Wrote the server URL and an admin token to {config} (mode 0600): "
         "`corral submit` and `corral jobs` work from any terminal.",
-        AGENT_PENDING,
+        f"This node's agent runs the jobs placed on it; their output is in {directory / 'logs'}.",
         "Stop with Ctrl-C.",
     ]
     typer.echo("\n".join(lines))
-
-
-def _heartbeat(node: Client, inventory: dict[str, Any], joined: JsonObject) -> None:
-    """Keep the node's heartbeat going (register again when the server says it forgot us)."""
-    from corral.client import ClientError
-
-    interval = float(joined.get("heartbeat_interval_s", 5.0))
-    incarnation = int(joined["incarnation"])
-    while True:
-        time.sleep(interval)
-        try:
-            node.heartbeat(inventory["node"], incarnation)
-        except ClientError as err:
-            if err.is_unreachable:
-                continue
-            if err.status in (404, 409):
-                incarnation = int(node.register_agent(inventory)["incarnation"])
-            else:
-                raise
