@@ -171,3 +171,20 @@ def test_per_node_launch_is_one_process_with_node_rank(
     (env,) = dumps_in(out)
     assert env["NODE_RANK"] == "0" and env["CORRAL_NUM_NODES"] == "1" and env["CORRAL_GPUS_PER_NODE"] == "8"
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7" and env["LOCAL_WORLD_SIZE"] == "1"
+
+
+def test_time_limit_stops_the_attempt_on_the_agent(server: Server, agent: AgentProcess) -> None:
+    job_id = submit(
+        server,
+        name="overtime",
+        gpus_per_replica=1,
+        time_limit="2s",
+        max_restarts=0,
+        checkpoint={"grace": "1s"},
+        command=["sleep", "600"],
+    )
+    wait_for(lambda: state_is(server, job_id, "running"), timeout=15)
+    began = time.monotonic()
+    done = wait_for(lambda: state_is(server, job_id, "failed", "finished"), timeout=10)
+    assert done["state"] == "failed" and done["exit_code"] == 128 + 15, done  # SIGTERM at the limit
+    assert time.monotonic() - began < 2 + 1 + 2
