@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
+from corral.agent.inventory import detect_gpus
 from corral.cli.remote import exit_code_of, gpu_ranges
 from corral.cli.settings import resolve_connection, write_config
 from corral.cli.submit_spec import SubmitFlags, apply_flags, load_spec_file, parse_mount
-from corral.cli.up import detect_gpus
 from corral.client import Client, ClientError
 from corral.core.errors import ConfigError
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from corral.cli.up import DECLARE_HINT, detect_gpus
+from corral.agent.inventory import detect_gpus
+from corral.cli.up import DECLARE_HINT
 from tests.server.harness import free_port, wait_for
 
 CLI = [sys.executable, "-c", "from corral.cli.main import main; main()"]

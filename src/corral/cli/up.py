@@ -9,18 +9,16 @@ admin token to your config (mode 0600) so `corral submit` works from any termina
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from corral.agent.inventory import Gpus, declared_or_detected
 from corral.cli.main import app
 from corral.cli.remote import fail
 
@@ -31,44 +29,6 @@ if TYPE_CHECKING:
     from corral.client import Client, JsonObject
 
 DECLARE_HINT = "corral up --gpus 8 --gpu-model H100-80GB"
-
-
-@dataclass(frozen=True)
-class Gpus:
-    """What this machine has, and why it has none when it has none."""
-
-    count: int
-    model: str = ""
-    memory_gib: float = 0.0
-    why_none: str = ""
-
-
-def detect_gpus() -> Gpus:
-    """The NVIDIA GPUs NVML sees (through nvidia-ml-py, when it is installed)."""
-    try:
-        nvml: Any = importlib.import_module("pynvml")
-    except ImportError:
-        return Gpus(0, why_none="nvidia-ml-py is not installed")
-    try:
-        nvml.nvmlInit()
-    except Exception as exc:  # NVMLError: no driver, no library
-        return Gpus(0, why_none=f"NVML: {exc}")
-    try:
-        count = int(nvml.nvmlDeviceGetCount())
-        if count == 0:
-            return Gpus(0, why_none="NVML sees no GPU")
-        handle = nvml.nvmlDeviceGetHandleByIndex(0)
-        name = nvml.nvmlDeviceGetName(handle)
-        name = name.decode() if isinstance(name, bytes) else str(name)
-        memory = float(nvml.nvmlDeviceGetMemoryInfo(handle).total) / 2**30
-    except Exception as exc:
-        return Gpus(0, why_none=f"NVML: {exc}")
-    finally:
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
-    from corral.config.gpu_models import normalise_gpu_model
-
-    return Gpus(count, normalise_gpu_model(name), round(memory, 1))
 
 
 def local_inventory(node: str, gpus: Gpus) -> dict[str, Any]:
@@ -86,12 +46,6 @@ def local_inventory(node: str, gpus: Gpus) -> dict[str, Any]:
         "memory_gib": round(memory_gib, 1),
         "address": "127.0.0.1",
     }
-
-
-def _model(name: str | None) -> str:
-    from corral.config.gpu_models import normalise_gpu_model
-
-    return normalise_gpu_model(name) if name else ""
 
 
 def _port_is_free(host: str, port: int) -> bool:
@@ -136,12 +90,7 @@ def up(
         fail(
             f"port {port} on {host} is in use (is `corral up` running already?)", "choose another with --port"
         )
-    if gpus is not None:
-        found = Gpus(gpus, _model(gpu_model), why_none="declared with --gpus 0" if gpus == 0 else "")
-    else:
-        found = detect_gpus()
-        if gpu_model and found.count:
-            found = Gpus(found.count, _model(gpu_model), found.memory_gib)
+    found = declared_or_detected(gpus, gpu_model)
     name = node or socket.gethostname()
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     agents: list[Agent] = []
