@@ -26,7 +26,6 @@ from sqlalchemy import select
 
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult, Preempt
-from corral.core.jobs import PendingJob
 from corral.core.model import JobId, NodeName, NodeSpec, NodeState
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
@@ -36,6 +35,7 @@ from corral.server.commit import Batch, Ending, ending_of
 from corral.server.doorbell import Bell, Doorbell
 from corral.server.jobs import spec_from_json
 from corral.server.reasons import ReasonBook
+from corral.server.restore import restore_attempt, unapplied_exits
 from corral.store import schema
 from corral.store.engine import Engines
 
@@ -117,8 +117,8 @@ class Scheduler:
                 .where(a.c.state != "ended")
             ).all()
             for attempt in live:
-                self._restore_attempt(state, attempt)
-            self.replay = self._unapplied_exits(conn)
+                restore_attempt(state, attempt)
+            self.replay = unapplied_exits(conn)
             pending = conn.execute(
                 select(j.c.spec, j.c.attempt, j.c.held, j.c.not_before, j.c.reason_code, j.c.reason)
                 .where(j.c.state == "pending")
@@ -144,38 +144,6 @@ class Scheduler:
             len(state.running),
             self.last_seq,
         )
-
-    @staticmethod
-    def _unapplied_exits(conn: Any) -> list[Any]:
-        """Exit reports in the journal for attempts not yet ended: a crash between an agent's
-        report and the attempt's ending leaves them behind the cursor, so they are replayed."""
-        e, a = schema.events, schema.attempts
-        return list(
-            conn.execute(
-                select(e.c.seq, e.c.kind, e.c.job, e.c.body)
-                .join(a, (a.c.job_id == e.c.job) & (a.c.state != "ended"))
-                .where(e.c.kind == "x.exit")
-                .order_by(e.c.seq)
-            ).all()
-        )
-
-    @staticmethod
-    def _restore_attempt(state: ClusterState, row: Any) -> None:
-        spec = spec_from_json(row.spec)
-        job = PendingJob(spec, attempts=row.attempt - 1)  # straight to running: never queued
-        placement = []
-        for replica in json.loads(row.placement):
-            mask = 0
-            for g in replica["gpus"]:
-                mask |= 1 << g
-            placement.append((state.node_ids[NodeName(replica["node"])], mask))
-        state.start(job, placement, row.started_at)
-        if row.last_checkpoint is not None:
-            state.record_checkpoint(spec.id, row.last_checkpoint)
-        if row.state == "stopping":
-            state.mark_preempting(
-                spec.id, row.deadline or row.started_at, JobId(row.stop_by) if row.stop_by else None
-            )
 
     # ---- the loop -----------------------------------------------------------------------
     def run(self) -> None:
