@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/torch.sh  # CPU PyTorch for the multi-host tests (tests/multihost)
 echo "== ruff"; .venv/bin/ruff check src tests bench
 echo "== ruff format"; .venv/bin/ruff format --check src tests bench
 echo "== mypy"; .venv/bin/mypy
