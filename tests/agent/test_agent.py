@@ -179,12 +179,16 @@ def test_time_limit_stops_the_attempt_on_the_agent(server: Server, agent: AgentP
         name="overtime",
         gpus_per_replica=1,
         time_limit="2s",
-        max_restarts=0,
+        max_restarts=3,
         checkpoint={"grace": "1s"},
         command=["sleep", "600"],
     )
     wait_for(lambda: state_is(server, job_id, "running"), timeout=15)
     began = time.monotonic()
     done = wait_for(lambda: state_is(server, job_id, "failed", "finished"), timeout=10)
-    assert done["state"] == "failed" and done["exit_code"] == 128 + 15, done  # SIGTERM at the limit
+    # SIGTERM at the limit; a time limit is final (DESIGN.md 4.2): no restart, reason `time_limit`
+    assert done["state"] == "failed" and done["exit_code"] == 128 + 15, done
+    assert done["reason"] == "time_limit" and done["attempt"] == 1, done
     assert time.monotonic() - began < 2 + 1 + 2
+    ending = [e for e in events(server, job_id) if e["event"] == "fail"]
+    assert ending and ending[0]["reason"] == "time_limit", ending

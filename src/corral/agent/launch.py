@@ -35,7 +35,32 @@ def _nodes(placement: list[dict[str, Any]]) -> dict[str, list[int]]:
     return out
 
 
-def workers(order: dict[str, Any], node: str, checkpoint_dir: Path, hostfile: Path) -> list[Worker]:
+NCCL_NAMES = {"ib_hcas": "NCCL_IB_HCA", "ib_hca": "NCCL_IB_HCA", "socket_ifname": "NCCL_SOCKET_IFNAME"}
+
+
+def nccl_env(network: dict[str, Any]) -> dict[str, str]:
+    """The node's `network:` settings (cluster file or registration) as NCCL variables:
+    `nccl_socket_ifname: eth0` is `NCCL_SOCKET_IFNAME=eth0`, `ib_hcas: [mlx5_0, mlx5_1]` is
+    `NCCL_IB_HCA=mlx5_0,mlx5_1`; lists are joined with commas, booleans are 1 or 0."""
+    out: dict[str, str] = {}
+    for key, value in network.items():
+        name = str(key)
+        name = NCCL_NAMES.get(name.lower(), name.upper() if name.lower().startswith("nccl_") else "")
+        if not name:
+            continue
+        if isinstance(value, bool):
+            text = "1" if value else "0"
+        elif isinstance(value, list | tuple):
+            text = ",".join(str(v) for v in value)
+        else:
+            text = str(value)
+        out[name] = text
+    return out
+
+
+def workers(
+    order: dict[str, Any], node: str, checkpoint_dir: Path, hostfile: Path, control_dir: Path | None = None
+) -> list[Worker]:
     """The processes of `order` that run on `node`: one per local replica (`per_gpu`) or one for the
     node (`per_node`), each with the environment of DESIGN.md 4.3 on top of the job's `env`."""
     spec: dict[str, Any] = order["spec"]
@@ -57,7 +82,11 @@ def workers(order: dict[str, Any], node: str, checkpoint_dir: Path, hostfile: Pa
         "CORRAL_NUM_NODES": str(len(per_node)),
         "CORRAL_HOSTFILE": str(hostfile),
         "CORRAL_CHECKPOINT_DIR": str(checkpoint_dir),
+        "CORRAL_CHECKPOINT_SIGNAL": str((spec.get("checkpoint") or {}).get("signal") or "SIGTERM"),
+        **nccl_env((order.get("networks") or {}).get(node) or {}),
     }
+    if control_dir is not None:
+        common["CORRAL_CONTROL_DIR"] = str(control_dir)
     if len(set(node_gpus.values())) == 1:
         common["CORRAL_GPUS_PER_NODE"] = str(next(iter(node_gpus.values())))
     node_rank = list(per_node).index(node)

@@ -1,13 +1,16 @@
 """The agent's loop: register, heartbeat, long-poll orders, run and supervise attempts.
 
-Workers are process groups (`start_new_session=True`, then `os.killpg`); a grandchild that calls
-`setsid` escapes them (cgroups are not used yet). Each attempt has a supervisor thread that sends
-exactly one `exited` report for this node.
+Each worker is its own session (process group) inside the attempt's cgroup where the machine
+allows (`corral.agent.sandbox`): signals go to every worker's group at once, kills go to the
+cgroup, so a grandchild that calls `setsid` does not escape. Each attempt has a supervisor
+thread that sends exactly one `exited` report for this node, with why it ended when the agent
+knows (time limit, set-up failure, launch failure) and the tail of the failing rank's log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -19,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from corral.agent.launch import Worker, hostfile_lines, workers
+from corral.agent.logserver import LogServer
+from corral.agent.sandbox import Capabilities, Group, SetupError, check_mounts, preexec, user_of, wrap
 from corral.client import Client, ClientError
 
 log = logging.getLogger("corral.agent")
@@ -26,6 +31,9 @@ log = logging.getLogger("corral.agent")
 KILL_AFTER = 5.0  # SIGTERM, then SIGKILL after this long, for the survivors of a failed rank
 POLL_WAIT = 30.0
 TICK = 0.05
+CHECKPOINT_POLL = 1.0  # how often the agent looks for a newly recorded checkpoint
+TAIL_LINES = 20
+RECORD = "corral-checkpoint.json"  # written by corral.job.record_checkpoint
 
 
 def exit_code_of(returncode: int) -> int:
@@ -51,6 +59,29 @@ class Stop:
     why: str
 
 
+@dataclass
+class Outcome:
+    """How this node's part of an attempt ended, as the `exited` report says it."""
+
+    code: int
+    rank: int | None = None
+    why: str = ""  # time_limit | setup | launch
+    message: str = ""
+    log_tail: str = ""
+
+
+def tail_of(path: Path, lines: int = TAIL_LINES, limit: int = 4000) -> str:
+    """The last lines of a log, at most `limit` characters (undecodable bytes replaced)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - limit))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
 class Attempt:
     """One attempt's local workers and the thread that watches them."""
 
@@ -63,11 +94,16 @@ class Attempt:
         checkpoint = spec.get("checkpoint") or {}
         self.signal = signal_number(checkpoint.get("signal"))
         self.grace = float(checkpoint.get("grace") or 30.0)
-        limit = spec.get("time_limit")
+        limit = order.get("time_limit_s")
         self.time_limit = float(limit) if limit else None
         self.procs: list[tuple[int, subprocess.Popen[bytes]]] = []
+        self.group: Group | None = None
+        self.checkpoints = agent.checkpoint_root / self.job
+        self.logs = agent.data_dir / "logs" / self.job / f"attempt-{self.number}"
+        self.run_dir = agent.data_dir / "run" / self.job / f"attempt-{self.number}"
         self._stop: Stop | None = None
         self._lock = threading.Lock()
+        self._record_seen = 0.0
         self.thread = threading.Thread(
             target=self._run, name=f"attempt-{self.job}-{self.number}", daemon=True
         )
@@ -79,40 +115,78 @@ class Attempt:
                 self._stop = stop
 
     # ---- launching ------------------------------------------------------------------------
-    def _launch(self) -> tuple[int, int | None] | None:
-        """Start every local worker; None when all started, else (127, the rank that did not)."""
-        agent = self.agent
-        root = agent.checkpoint_root / self.job
-        (root / f"attempt-{self.number}").mkdir(parents=True, exist_ok=True)
-        logs = agent.data_dir / "logs" / self.job / f"attempt-{self.number}"
-        logs.mkdir(parents=True, exist_ok=True)
-        hostfile = agent.data_dir / "run" / self.job / f"attempt-{self.number}" / "hostfile"
-        hostfile.parent.mkdir(parents=True, exist_ok=True)
+    def _prepare(self) -> tuple[list[Worker], Any, str, list[dict[str, Any]]]:
+        """Folders, checks and the cgroup; SetupError when the node cannot run this attempt."""
+        agent, spec = self.agent, self.order["spec"]
+        account = user_of(agent.caps, str(self.order.get("run_as") or ""))
+        mounts = [dict(m) for m in spec.get("mounts") or []]
+        check_mounts(agent.caps, mounts)
+        mine = self.checkpoints / f"attempt-{self.number}"
+        for folder in (mine, self.logs, self.run_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        if account is not None:  # the job's own folders belong to the user it runs as
+            for folder in (self.checkpoints, mine, self.run_dir):
+                os.chown(folder, account.pw_uid, account.pw_gid)
+        cwd = str(spec.get("working_dir") or self.run_dir)
+        if not Path(cwd).is_dir():
+            raise SetupError(f"working directory {cwd} does not exist on this node")
+        hostfile = self.run_dir / "hostfile"
         hostfile.write_text("".join(line + "\n" for line in hostfile_lines(self.order)))
-        todo: list[Worker] = workers(self.order, agent.node, root, hostfile)
-        for w in todo:
-            try:
-                with open(logs / f"rank-{w.rank}.log", "ab") as out:
-                    proc = subprocess.Popen(
-                        w.argv,
-                        env={**os.environ, **w.env},
-                        stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                        cwd=str(agent.data_dir),
+        todo = workers(self.order, agent.node, self.checkpoints, hostfile, self.run_dir)
+        if agent.caps.cgroup_base is not None:
+            self.group = Group(agent.caps, f"{self.job}-{self.number}")
+            local = len(todo) if spec.get("launch", "per_gpu") == "per_gpu" else len(self._local_replicas())
+            self.group.limit(
+                float(spec.get("cpus_per_replica") or 0) * local,
+                int(float(spec.get("memory_gib_per_replica") or 0) * local * 2**30),
+            )
+        return todo, account, cwd, mounts
+
+    def _local_replicas(self) -> list[int]:
+        return [i for i, r in enumerate(self.order["placement"]) if r["node"] == self.agent.node]
+
+    def _launch(self) -> Outcome | None:
+        """Start every local worker; None when all started, else how the attempt ends here."""
+        try:
+            todo, account, cwd, mounts = self._prepare()
+        except SetupError as exc:
+            log.warning("job %s attempt %s cannot run here: %s", self.job, self.number, exc)
+            return Outcome(1, None, "setup", f"{exc} (node {self.agent.node})")
+        except OSError as exc:
+            return Outcome(1, None, "setup", f"could not prepare the attempt on {self.agent.node}: {exc}")
+        user_env = {}
+        if account is not None:
+            user_env = {"HOME": account.pw_dir, "USER": account.pw_name, "LOGNAME": account.pw_name}
+        fds = self.group.entry_fds() if self.group is not None else []
+        try:
+            for w in todo:
+                logfile = self.logs / f"rank-{w.rank}.log"
+                try:
+                    with open(logfile, "ab") as out:
+                        proc = subprocess.Popen(
+                            wrap(self.agent.caps, w.argv, mounts, cwd),
+                            env={**os.environ, **user_env, **w.env},
+                            stdin=subprocess.DEVNULL,
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                            start_new_session=True,
+                            cwd=cwd,
+                            preexec_fn=preexec(fds, account) if fds or account else None,
+                        )
+                except (OSError, subprocess.SubprocessError) as exc:
+                    log.warning(
+                        "job %s attempt %s rank %s did not launch: %s", self.job, self.number, w.rank, exc
                     )
-            except OSError as exc:
-                log.warning(
-                    "job %s attempt %s rank %s did not launch: %s", self.job, self.number, w.rank, exc
-                )
-                with contextlib.suppress(OSError), open(logs / f"rank-{w.rank}.log", "a") as out_text:
-                    out_text.write(f"corral agent: could not launch {w.argv!r}: {exc}\n")
-                self._kill_all(signal.SIGKILL)
-                for _, p in self.procs:
-                    p.wait()
-                return 127, w.rank
-            self.procs.append((w.rank, proc))
+                    with contextlib.suppress(OSError), open(logfile, "a") as out_text:
+                        out_text.write(f"corral agent: could not launch {w.argv!r}: {exc}\n")
+                    self._kill_all(signal.SIGKILL)
+                    for _, p in self.procs:
+                        p.wait()
+                    return Outcome(127, w.rank, "launch", f"rank {w.rank} did not launch: {exc}")
+                self.procs.append((w.rank, proc))
+        finally:
+            for fd in fds:
+                os.close(fd)
         return None
 
     # ---- supervising ----------------------------------------------------------------------
@@ -122,6 +196,8 @@ class Attempt:
                 os.killpg(proc.pid, sig)
 
     def _kill_all(self, sig: int) -> None:
+        if sig == signal.SIGKILL and self.group is not None:
+            self.group.kill()
         for _, p in self.procs:
             self._signal(p, sig)
 
@@ -133,32 +209,75 @@ class Attempt:
             time.sleep(TICK)
         return True
 
-    def _finish_stop(self, stop: Stop) -> tuple[int, int | None]:
+    def _finish_stop(self, stop: Stop) -> Outcome:
+        with contextlib.suppress(OSError):  # for ranks behind a launcher that does not forward signals
+            (self.run_dir / "checkpoint-requested").write_text(stop.why + "\n")
         self._kill_all(self.signal)
         if not self._wait_all(stop.grace):
+            log.info("job %s attempt %s: grace of %.0f s over, killing", self.job, self.number, stop.grace)
             self._kill_all(signal.SIGKILL)
             self._wait_all(KILL_AFTER)
         by_rank = dict(self.procs)
         first = by_rank.get(min(by_rank)) if by_rank else None
         code = exit_code_of(first.returncode) if first is not None and first.returncode is not None else 137
-        return code, (min(by_rank) if by_rank else None)
+        why = "time_limit" if stop.why == "time_limit" else ""
+        return Outcome(code, min(by_rank) if by_rank else None, why)
 
     def _run(self) -> None:
         try:
-            code, rank = self._supervise()
+            outcome = self._supervise()
         except Exception:  # the report must still go out
             log.exception("supervising job %s attempt %s", self.job, self.number)
             self._kill_all(signal.SIGKILL)
-            code, rank = 1, None
-        self.agent.report(self.job, self.number, "exited", code, rank)
+            outcome = Outcome(1, None, "", "the agent failed while supervising the attempt")
+        self._clean_up()
+        self.agent.report(
+            self.job,
+            self.number,
+            "exited",
+            outcome.code,
+            outcome.rank,
+            why=outcome.why,
+            message=outcome.message,
+            log_tail=outcome.log_tail,
+        )
         self.agent.forget(self)
 
-    def _supervise(self) -> tuple[int, int | None]:
+    def _clean_up(self) -> None:
+        """What the workers left behind (background children, setsid escapees) dies with them."""
+        if self.group is None:
+            return
+        if not self.group.empty():
+            self.group.kill()
+            if not self.group.empty(wait=KILL_AFTER):
+                log.error("job %s attempt %s: processes survive in %s", self.job, self.number, self.group.v2)
+                return
+        self.group.remove()
+
+    def _watch_checkpoint(self) -> None:
+        """Report a newly recorded checkpoint's step and age (a duration: DESIGN.md 6.5)."""
+        record = self.checkpoints / f"attempt-{self.number}" / RECORD
+        try:
+            mtime = record.stat().st_mtime
+        except OSError:
+            return
+        if mtime <= self._record_seen:
+            return
+        self._record_seen = mtime
+        try:
+            step = int(json.loads(record.read_text())["step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        age = max(0.0, time.time() - mtime)
+        self.agent.report(self.job, self.number, "checkpoint", step=step, age_s=age)
+
+    def _supervise(self) -> Outcome:
         started = time.monotonic()
         failed = self._launch()
         if failed is not None:
             return failed
         self.agent.report(self.job, self.number, "running")
+        next_look = started + CHECKPOINT_POLL
         while True:
             with self._lock:
                 stop = self._stop
@@ -166,8 +285,13 @@ class Attempt:
             if stop is None and self.time_limit is not None and now - started >= self.time_limit:
                 log.info("job %s attempt %s reached its time limit", self.job, self.number)
                 stop = Stop(now, self.grace, "time_limit")
+                with self._lock:
+                    self._stop = stop
             if stop is not None and now >= stop.signal_at:
                 return self._finish_stop(stop)
+            if now >= next_look:
+                next_look = now + CHECKPOINT_POLL
+                self._watch_checkpoint()
             for rank, proc in self.procs:
                 code = proc.poll()
                 if code is not None and code != 0:
@@ -175,9 +299,11 @@ class Attempt:
                     if not self._wait_all(KILL_AFTER):
                         self._kill_all(signal.SIGKILL)
                         self._wait_all(KILL_AFTER)
-                    return exit_code_of(code), rank
+                    tail = tail_of(self.logs / f"rank-{rank}.log")
+                    return Outcome(exit_code_of(code), rank, "", "", tail)
             if all(p.poll() == 0 for _, p in self.procs):
-                return 0, None
+                self._watch_checkpoint()
+                return Outcome(0)
             time.sleep(TICK)
 
 
@@ -192,6 +318,9 @@ class Agent:
         data_dir: Path,
         checkpoint_root: Path | None = None,
         poll_wait: float = POLL_WAIT,
+        *,
+        default_user: str | None = None,
+        logs_port: int = 0,
     ) -> None:
         self.server = server
         self.poll_wait = poll_wait
@@ -199,6 +328,14 @@ class Agent:
         self.node = str(inventory["node"])
         self.data_dir = data_dir
         self.checkpoint_root = checkpoint_root or data_dir / "checkpoints"
+        self.caps = Capabilities.detect(self.node, default_user)
+        for note in self.caps.notes:
+            log.warning("%s", note)
+        log.info("%s", self.caps.summary())
+        self.check_checkpoint_root()
+        host = str(inventory.get("address") or "127.0.0.1")
+        self.logs = LogServer(data_dir / "logs", token, host, logs_port)
+        self.inventory = {**inventory, "logs_url": self.logs.url}
         self.api = Client(server, token)
         self.poller = Client(server, token)
         self.incarnation = 0
@@ -209,6 +346,20 @@ class Agent:
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._register_lock = threading.Lock()
+
+    def check_checkpoint_root(self) -> None:
+        """DESIGN.md 4.4: the checkpoint root must exist and be writable before the node joins."""
+        root = self.checkpoint_root
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            probe = root / f".corral-probe-{os.getpid()}"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as exc:
+            raise ValueError(
+                f"checkpoint root {root} is not a writable folder ({exc.strerror}): "
+                "create it (a shared file system for multi-node jobs) or pass --checkpoint-root"
+            ) from None
 
     # ---- the control plane ----------------------------------------------------------------
     def register(self) -> dict[str, Any]:
@@ -231,7 +382,13 @@ class Agent:
                     log.warning("heartbeat: %s", err.message)
 
     def report(
-        self, job: str, attempt: int, status: str, exit_code: int | None = None, rank: int | None = None
+        self,
+        job: str,
+        attempt: int,
+        status: str,
+        exit_code: int | None = None,
+        rank: int | None = None,
+        **more: Any,
     ) -> None:
         body = {
             "job": job,
@@ -239,6 +396,7 @@ class Agent:
             "status": status,
             "exit_code": exit_code,
             "rank": rank,
+            **{k: v for k, v in more.items() if v not in (None, "")},
         }
         for _ in range(20):
             try:
@@ -302,6 +460,7 @@ class Agent:
 
     def run(self, on_registered: Any = None) -> None:
         """Register, then heartbeat and follow orders until `shutdown()`."""
+        self.logs.start()
         while True:
             try:
                 joined = self.register()
@@ -335,6 +494,8 @@ class Agent:
 
     def shutdown(self, kill: bool = True) -> None:
         self.stopping.set()
+        with contextlib.suppress(Exception):
+            self.logs.stop()
         if kill:
             with self._lock:
                 runs = list(self.attempts.values())

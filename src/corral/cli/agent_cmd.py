@@ -35,8 +35,16 @@ def agent(
     checkpoint_root: Annotated[
         Path | None, typer.Option(help="root of CORRAL_CHECKPOINT_DIR (default: DATA_DIR/checkpoints)")
     ] = None,
+    default_user: Annotated[
+        str | None,
+        typer.Option(help="Unix user for jobs whose token maps to none (default: the agent's own user)"),
+    ] = None,
+    logs_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="port the agent serves worker logs on (0: any free port)")
+    ] = 0,
 ) -> None:
-    """Run this machine's node agent: its workers are process groups; Ctrl-C stops it and them."""
+    """Run this machine's node agent: it launches the workers it is sent (in cgroups where the
+    machine allows) and serves their logs; Ctrl-C stops it and them."""
     from corral.agent.inventory import address_towards, declared_or_detected, inventory
     from corral.agent.runner import Agent
     from corral.cli import settings
@@ -47,7 +55,9 @@ def agent(
     found = declared_or_detected(gpus, gpu_model)
     body = inventory(node or socket.gethostname(), found, address or address_towards(server))
     try:
-        runner = Agent(server, token, body, directory, checkpoint_root)
+        runner = Agent(
+            server, token, body, directory, checkpoint_root, default_user=default_user, logs_port=logs_port
+        )
     except ValueError as exc:
         fail(str(exc), "pass --server http://HOST:PORT")
 

@@ -72,6 +72,10 @@ def submit(
     max_restarts: Annotated[int | None, typer.Option(help="restarts after worker failures")] = None,
     cpus_per_replica: Annotated[int | None, typer.Option(help="CPUs per replica")] = None,
     memory_gib_per_replica: Annotated[float | None, typer.Option(help="memory (GiB) per replica")] = None,
+    working_dir: Annotated[
+        str | None,
+        typer.Option(help="absolute folder the workers start in (default: the attempt's run folder)"),
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="K=V; repeat", show_default=False)] = None,
     mount: Annotated[
         list[str] | None, typer.Option("--mount", help="SRC:DST[:ro]; repeat", show_default=False)
@@ -107,6 +111,7 @@ def submit(
         max_restarts=max_restarts,
         cpus_per_replica=cpus_per_replica,
         memory_gib_per_replica=memory_gib_per_replica,
+        working_dir=working_dir,
         env=tuple(env or ()),
         mounts=tuple(mount or ()),
         command=tuple(command or ()),
@@ -255,6 +260,12 @@ def show(
         typer.echo("history:")
         for t, what, detail in lines:
             typer.echo(f"  {when(t)}  {what:<10} {detail}".rstrip())
+    failed = [e for e in history.get("events", []) if e.get("log_tail")]
+    if failed:  # why the last failing rank died, without a trip to `corral logs`
+        last = failed[-1]
+        typer.echo(f"last lines of rank {last.get('rank')}'s log (attempt {last.get('attempt')}):")
+        for line in str(last["log_tail"]).splitlines():
+            typer.echo(f"  | {line}")
 
 
 def _history(history: dict[str, Any]) -> list[tuple[float, str, str]]:

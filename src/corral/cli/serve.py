@@ -39,6 +39,10 @@ def server(
     no_scheduler: Annotated[
         bool, typer.Option(help="serve the API only (run `corral scheduler` elsewhere)")
     ] = False,
+    reports_dir: Annotated[
+        Path | None,
+        typer.Option(help="simulation reports the dashboard lists (default: reports/ in the data directory)"),
+    ] = None,
 ) -> None:
     """Run the control plane: the HTTP API (FastAPI on uvicorn) and the scheduler process."""
     from corral.server.main import ServerOptions, serve
@@ -58,6 +62,7 @@ def server(
             tls_key=tls_key,
             scheduler=not no_scheduler,
             durability=durability,
+            reports_dir=reports_dir,
         )
     )
 

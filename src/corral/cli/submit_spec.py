@@ -35,6 +35,7 @@ class SubmitFlags:
     memory_gib_per_replica: float | None = None
     env: tuple[str, ...] = ()
     mounts: tuple[str, ...] = ()
+    working_dir: str | None = None
     command: tuple[str, ...] = field(default=())
 
 
@@ -60,6 +61,7 @@ def apply_flags(spec: dict[str, Any], flags: SubmitFlags) -> dict[str, Any]:
         "time_limit": flags.time_limit,
         "preemptible": flags.preemptible,
         "max_restarts": flags.max_restarts,
+        "working_dir": flags.working_dir,
         "cpus_per_replica": flags.cpus_per_replica,
         "memory_gib_per_replica": flags.memory_gib_per_replica,
     }

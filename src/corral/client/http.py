@@ -122,6 +122,24 @@ class Client:
             raise _refusal(response)
         return response.json()
 
+    def job_log(
+        self, job_id: str, rank: int = 0, attempt: int | None = None, offset: int = 0
+    ) -> tuple[bytes, int, int]:
+        """A chunk of a rank's log from `offset`: (bytes, the log's size now, the attempt read)."""
+        params: dict[str, Any] = {"rank": rank, "offset": offset}
+        if attempt is not None:
+            params["attempt"] = attempt
+        try:
+            response = self._http.get(f"/v1/jobs/{job_id}/logs", params=params, timeout=self.timeout)
+        except httpx.HTTPError as exc:
+            raise ClientError(
+                UNREACHABLE, f"the Corral server at {self.server} is not reachable ({exc})", "try again"
+            ) from None
+        if not response.is_success:
+            raise _refusal(response)
+        size = int(response.headers.get("X-Corral-Size", "0"))
+        return response.content, size, int(response.headers.get("X-Corral-Attempt", attempt or 1))
+
     # ---- health and agents -----------------------------------------------------------------
     def healthz(self) -> JsonObject:
         out: JsonObject = self.request("GET", "/healthz")

@@ -187,6 +187,7 @@ class JobRequest(_Entry):
     command: Command = ()
     env: Env = Field(default_factory=dict)
     mounts: list[MountRequest] = Field(default_factory=list)
+    working_dir: AbsolutePath | None = None  # default: the attempt's own run folder on the node
     cpus_per_replica: int = Field(0, ge=0)
     memory_gib_per_replica: float = Field(0.0, ge=0)
 

@@ -92,9 +92,13 @@ def _list(
     user: str | None,
     limit: int,
     after: int,
+    before: int = 0,
 ) -> list[dict[str, Any]]:
     j = schema.jobs
-    q = select(j).where(j.c.seq > after).order_by(j.c.seq).limit(limit)
+    if before:  # newest first, below `before` (the dashboard's pages)
+        q = select(j).where(j.c.seq > after, j.c.seq < before).order_by(j.c.seq.desc()).limit(limit)
+    else:
+        q = select(j).where(j.c.seq > after).order_by(j.c.seq).limit(limit)
     vis = _visible(who)
     if vis is not None:
         q = q.where(vis)
@@ -118,8 +122,9 @@ async def list_jobs(
     user: str | None = None,
     limit: int = Query(500, ge=1, le=10_000),
     after: int = Query(0, ge=0, description="only jobs with a larger seq (paging)"),
+    before: int = Query(0, ge=0, description="newest first, only jobs with a smaller seq (0: oldest first)"),
 ) -> Response:
-    """Jobs you may see (your team's; admins: all), oldest first."""
+    """Jobs you may see (your team's; admins: all), oldest first (newest first with `before`)."""
     who = who_of(request)
     _no_agents(who)
     wanted: list[str] = []
@@ -130,7 +135,7 @@ async def list_jobs(
             raise ApiError(422, f"unknown state {s!r}", fix=f"use one of: {', '.join(STATES)}, active")
         else:
             wanted.append(s)
-    rows = await run_in_threadpool(_list, ctx_of(request), who, wanted, queue, user, limit, after)
+    rows = await run_in_threadpool(_list, ctx_of(request), who, wanted, queue, user, limit, after, before)
     return json_response({"jobs": rows})
 
 

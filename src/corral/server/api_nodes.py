@@ -53,6 +53,7 @@ def _nodes(ctx: Context) -> list[dict[str, Any]]:
                 "unhealthy": unhealthy,
                 "free": max(0, row["gpus"] - allocated - len(unhealthy)) if row["state"] == "up" else 0,
                 "labels": json.loads(row["labels"]),
+                "nvlink": json.loads(row["nvlink"]),
                 "address": row["address"],
                 "declared": bool(row["declared"]),
                 "registered": bool(row["registered"]),
@@ -177,6 +178,7 @@ class Registration(BaseModel):
     nvlink: list[list[int]] = Field(default_factory=list)
     address: str = ""
     network: dict[str, Any] = Field(default_factory=dict)
+    logs_url: str = Field("", max_length=300, description="where the agent serves worker logs")
 
 
 def _agent(who: Principal, node: str, *, registering: bool = False) -> None:
@@ -226,7 +228,14 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
             )
         conn.execute(
             schema.nodes.insert().values(
-                name=reg.node, state="up", registered=True, incarnation=1, updated_at=now, **node_values(spec)
+                name=reg.node,
+                state="up",
+                registered=True,
+                incarnation=1,
+                updated_at=now,
+                logs_url=reg.logs_url,
+                agent_token=who.token_id,
+                **node_values(spec),
             )
         )
         incarnation = 1
@@ -240,6 +249,8 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
             "incarnation": incarnation,
             "updated_at": now,
             "address": reg.address,
+            "logs_url": reg.logs_url,
+            "agent_token": who.token_id,
         }
         if row["declared"] and (declared.gpus, declared.gpu_model) != (spec.gpus, spec.gpu_model):
             state = NodeState.DRAINING
@@ -341,9 +352,14 @@ class Report(BaseModel):
     incarnation: int
     job: str
     attempt: int = Field(ge=1)
-    status: str = Field(description="running | exited")
+    status: str = Field(description="running | exited | checkpoint")
     exit_code: int | None = None
     rank: int | None = None
+    why: str = Field("", max_length=32, description="exited: time_limit | setup | launch, when known")
+    message: str = Field("", max_length=2000, description="exited: what went wrong, for people")
+    log_tail: str = Field("", max_length=8000, description="exited: last lines of the failing rank's log")
+    step: int | None = Field(None, description="checkpoint: the step the job recorded")
+    age_s: float | None = Field(None, ge=0, description="checkpoint: seconds since it was recorded")
 
 
 def _report(ctx: Context, node: str, rep: Report, conn: Connection) -> dict[str, Any]:
@@ -365,21 +381,38 @@ def _report(ctx: Context, node: str, rep: Report, conn: Connection) -> dict[str,
             .values(state="running", version=j.c.version + 1)
         )
     elif rep.status == "exited":
-        ctx.journal(
-            conn,
-            [
-                {
-                    "event": "x.exit",
-                    "job": rep.job,
-                    "attempt": rep.attempt,
-                    "node": node,
-                    "exit_code": rep.exit_code,
-                    "rank": rep.rank,
-                }
-            ],
-        )
+        body: dict[str, Any] = {
+            "event": "x.exit",
+            "job": rep.job,
+            "attempt": rep.attempt,
+            "node": node,
+            "exit_code": rep.exit_code,
+            "rank": rep.rank,
+        }
+        body.update({k: v for k in ("why", "message", "log_tail") if (v := getattr(rep, k))})
+        ctx.journal(conn, [body])
+    elif rep.status == "checkpoint":
+        when = time.time() - (rep.age_s or 0.0)
+        if row.last_checkpoint is None or when > row.last_checkpoint:
+            conn.execute(
+                update(a)
+                .where(a.c.job_id == rep.job, a.c.attempt == rep.attempt)
+                .values(last_checkpoint=when)
+            )
+            ctx.journal(
+                conn,
+                [
+                    {
+                        "event": "x.checkpoint",
+                        "job": rep.job,
+                        "attempt": rep.attempt,
+                        "at": when,
+                        "step": rep.step,
+                    }
+                ],
+            )
     else:
-        raise ApiError(422, f"unknown status {rep.status!r}", fix="use running or exited")
+        raise ApiError(422, f"unknown status {rep.status!r}", fix="use running, exited or checkpoint")
     return {"ok": True}
 
 

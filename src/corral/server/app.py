@@ -1,7 +1,8 @@
 """The FastAPI application: `/healthz`, `/metrics`, and the API under `/v1` (DESIGN.md 4.7, 6.6).
 
-Every route but `/healthz` needs a bearer token. Mutating calls leave an audit record (who,
-what, result), written through the same group commit as the change. Request bodies are capped
+Every route but `/healthz` and the dashboard's page shell and assets (`dashboard.py`: they hold
+no data) needs a bearer token. Mutating calls leave an audit record (who, what, result),
+written through the same group commit as the change. Request bodies are capped
 (`MAX_BODY` bytes). Database reads run in the thread pool, writes in the group-commit writer:
 nothing blocks the event loop on the database.
 """
@@ -22,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral.server.auth import Principal
 from corral.server.context import Context
+from corral.server.dashboard import is_public
 from corral.server.errors import ApiError
 
 MAX_BODY = 1 << 20  # 1 MiB
@@ -109,7 +111,7 @@ def _too_large(limit: int) -> JSONResponse:
 
 
 def create_app(ctx: Context) -> FastAPI:
-    from corral.server import api_admin, api_jobs, api_nodes
+    from corral.server import api_admin, api_dashboard, api_jobs, api_nodes, dashboard
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
@@ -158,8 +160,9 @@ def create_app(ctx: Context) -> FastAPI:
     async def openapi_route() -> Response:
         return json_response(app.openapi())
 
-    for module in (api_jobs, api_nodes, api_admin):
+    for module in (api_jobs, api_nodes, api_admin, api_dashboard):
         app.include_router(module.router, prefix="/v1")
+    dashboard.install(app)
     app.add_middleware(Gate, ctx=ctx)
     return app
 
@@ -182,8 +185,8 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
 
 class Gate:
     """Every request passes here first (pure ASGI, no per-request task): the body limit, the
-    token (before FastAPI reads a body; `/healthz` excepted), and after the answer an audit
-    record for each mutating call, written in the next group commit."""
+    token (before FastAPI reads a body; `/healthz` and the dashboard's shell excepted), and after
+    the answer an audit record for each mutating call, written in the next group commit."""
 
     def __init__(self, app: ASGIApp, ctx: Context) -> None:
         self.inner = BodyLimit(app)
@@ -196,7 +199,7 @@ class Gate:
         path: str = scope["path"]
         state = scope.setdefault("state", {})
         try:
-            if path != "/healthz":
+            if not is_public(scope["method"], path):
                 state["principal"] = await authenticate(self.ctx, scope)
         except ApiError as exc:
             await json_response(exc.body(), exc.status)(scope, receive, send)

@@ -62,11 +62,18 @@ class Batch:
         self.touched_nodes.add(node)
 
     # ---- decisions ------------------------------------------------------------------------
-    def start(self, s: Start, previous_attempt: int, request: dict[str, Any], run_as: str) -> None:
+    def start(
+        self,
+        s: Start,
+        previous_attempt: int,
+        request: dict[str, Any],
+        run_as: str,
+        time_limit: float | None = None,
+    ) -> None:
         conn, j = self.conn, schema.jobs
         nodes = sorted({r.node for r in s.placement})
         up = conn.execute(
-            select(schema.nodes.c.name, schema.nodes.c.address).where(
+            select(schema.nodes.c.name, schema.nodes.c.address, schema.nodes.c.network).where(
                 schema.nodes.c.name.in_(nodes), schema.nodes.c.state == "up"
             )
         ).all()
@@ -117,7 +124,10 @@ class Batch:
             "run_as": run_as,
             "spec": request,
             "addresses": {r.name: r.address for r in up},
+            "networks": {r.name: json.loads(r.network or "{}") for r in up if r.network not in ("", "{}")},
             "master_port": master_port,
+            # per attempt, on the agent's monotonic clock (DESIGN.md 6.5): seconds, not a deadline
+            "time_limit_s": time_limit,
         }
         for node in nodes:
             self.outbox(node, {"kind": "start", **order})
@@ -266,13 +276,15 @@ class Batch:
             event["exit_code"] = outcome.exit_code
         if outcome.rank is not None:
             event["rank"] = outcome.rank
+        if outcome.log_tail:
+            event["log_tail"] = outcome.log_tail
         self.events([event])
 
 
 class Ending:
     """What an attempt's end means for its job: the event, the job's next state, the backoff."""
 
-    __slots__ = ("event", "exit_code", "not_before", "rank", "reason", "state")
+    __slots__ = ("event", "exit_code", "log_tail", "not_before", "rank", "reason", "state")
 
     def __init__(
         self,
@@ -282,9 +294,11 @@ class Ending:
         exit_code: int | None = None,
         rank: int | None = None,
         not_before: float = 0.0,
+        log_tail: str = "",
     ) -> None:
         self.event, self.state, self.reason = event, state, reason
         self.exit_code, self.rank, self.not_before = exit_code, rank, not_before
+        self.log_tail = log_tail
 
     @property
     def requeues(self) -> bool:
@@ -294,14 +308,22 @@ class Ending:
 def ending_of(
     stop_kind: str | None,
     stop_by: str | None,
-    exit_code: int | None,
-    rank: int | None,
+    report: dict[str, Any],
     restarts: int,
     max_restarts: int,
     now: float | None = None,
 ) -> Ending:
-    """DESIGN.md 4.4 and 5: an exit after a stop order never counts against `max_restarts`."""
+    """DESIGN.md 4.4 and 5: an exit after a stop order never counts against `max_restarts`.
+
+    `report` is the agent's `exited` report: `exit_code`, `rank`, and where the agent knows more,
+    `why` (`time_limit`: it enforced the job's limit; `setup`: the attempt could not be set up on
+    the node, a mount source or the user missing, which no restart can fix; `launch`: a rank did
+    not start), `message`, and `log_tail` (the last lines of the failing rank's log).
+    """
     now = time.time() if now is None else now
+    exit_code, rank = report.get("exit_code"), report.get("rank")
+    why, message = report.get("why") or "", report.get("message") or ""
+    tail = report.get("log_tail") or ""
     if stop_kind == "preempt":
         return Ending(
             "preempt", "pending", f"preempted by {stop_by}" if stop_by else "preempted", exit_code, rank
@@ -310,11 +332,14 @@ def ending_of(
         return Ending("preempt", "pending", f"requeued by {stop_by or 'an operator'}", exit_code, rank)
     if stop_kind == "cancel":
         return Ending("cancel", "cancelled", f"cancelled by {stop_by or 'a user'}", exit_code, rank)
-    if stop_kind == "time_limit":
-        return Ending("fail", "failed", "time_limit", exit_code, rank)
+    if stop_kind == "time_limit" or why == "time_limit":
+        return Ending("fail", "failed", "time_limit", exit_code, rank, log_tail=tail)
+    if why == "setup":
+        return Ending("fail", "failed", message or "the attempt could not be set up", exit_code, rank)
     if exit_code == 0:
         return Ending("finish", "finished", "", 0, None)
+    what = message or f"worker exited with {exit_code}"
     if restarts < max_restarts:
         backoff = min(RESTART_BACKOFF * 2**restarts, RESTART_BACKOFF_MAX)
-        return Ending("restart", "pending", f"worker exited with {exit_code}", exit_code, rank, now + backoff)
-    return Ending("fail", "failed", f"worker exited with {exit_code}; no restarts left", exit_code, rank)
+        return Ending("restart", "pending", what, exit_code, rank, now + backoff, log_tail=tail)
+    return Ending("fail", "failed", f"{what}; no restarts left", exit_code, rank, log_tail=tail)

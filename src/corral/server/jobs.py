@@ -84,7 +84,7 @@ def prepare(model: ClusterModel, static: ClusterState, body: object, who: Princi
     reason = never_fits(static, spec, request_for(static, spec))
     if reason is not None:
         raise ApiError(422, f"this job can never run on this cluster: {reason}", code="never_fits")
-    return Prepared(spec, request.model_dump(mode="json", warnings=False), who.team, who.run_as or who.name)
+    return Prepared(spec, request.model_dump(mode="json", warnings=False), who.team, who.run_as)
 
 
 def _check_mounts(model: ClusterModel, request: JobRequest, queue: str) -> None:

@@ -38,6 +38,7 @@ class ServerOptions:
     scheduler: bool = True  # start the scheduler process
     durability: str = "normal"
     log_level: str = "warning"
+    reports_dir: Path | None = None  # simulation reports the dashboard lists (default: data_dir/reports)
 
 
 def is_loopback(host: str) -> bool:
@@ -188,6 +189,7 @@ def serve(opts: ServerOptions) -> None:
     scheduler = Supervisor(opts, dict(os.environ)) if opts.scheduler else None
     ctx = Context(engines, allow_dynamic_nodes=opts.allow_dynamic_nodes)
     app = create_app(ctx)
+    app.state.reports_dir = opts.reports_dir or opts.data_dir / "reports"
     config = uvicorn.Config(
         app,
         host=opts.host,

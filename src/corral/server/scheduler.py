@@ -259,14 +259,17 @@ class Scheduler:
                 ending = ending_of(
                     row.stop_kind,
                     row.stop_by,
-                    body.get("exit_code"),
-                    body.get("rank"),
+                    body,
                     row.restarts,
                     row.max_restarts,
                     self.clock(),
                 )
                 endings.append((body["job"], body["attempt"], ending))
                 self._end_in_memory(body["job"], body["attempt"], ending)
+            elif kind == "x.checkpoint" and job_id in state.running:
+                body = json.loads(r.body)
+                if job_id is not None and state.running[job_id].attempt == body["attempt"]:
+                    state.record_checkpoint(job_id, float(body["at"]))
             elif kind == "x.node":
                 reload = reload or self._node_changed(json.loads(r.body))
             elif kind == "cluster":
@@ -373,7 +376,9 @@ class Scheduler:
             extra = self._start_extras([s.job for s in result.starts])
             for s in result.starts:
                 request, run_as, submitted = extra[s.job]
-                if batch.group(f"start {s.job}", batch.start, s, s.attempt - 1, request, run_as):
+                running = state.running.get(s.job)
+                limit = running.job.spec.time_limit if running is not None else None
+                if batch.group(f"start {s.job}", batch.start, s, s.attempt - 1, request, run_as, limit):
                     metrics.ADMISSION_WAIT.observe(max(0.0, batch.now - submitted))
 
     def _start_extras(self, ids: list[str]) -> dict[str, tuple[dict[str, Any], str, float]]:

@@ -117,6 +117,10 @@ nodes = Table(
     Column("unhealthy", Text, nullable=False, server_default="{}"),  # GPU index -> reason
     Column("drain_deadline", Float),
     Column("updated_at", Float, nullable=False, server_default="0"),
+    # where the agent serves worker logs, and the token it registered with (whose hash keys the
+    # signature the server puts on log requests; see corral.agent.logserver)
+    Column("logs_url", String(300), nullable=False, server_default=""),
+    Column("agent_token", String(32), nullable=False, server_default=""),
 )
 
 events = Table(

@@ -1,0 +1,128 @@
+"""The web dashboard: its page shell and static assets, and the exchange of one-time login links.
+
+The shell (`/`, `/login`) and the assets under `/ui/` hold no data, so they are served without
+a token; every piece of data comes from the `/v1` API, which the page calls with the bearer
+token it keeps in the tab's sessionStorage. `POST /login` trades a one-time code (made by
+`POST /v1/login-links`, printed by `corral up` and `corral dashboard`) for the token that made
+it; codes live in this process's memory for an hour and work once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from starlette.responses import FileResponse, Response
+from starlette.staticfiles import StaticFiles
+
+STATIC = Path(__file__).parent / "static"
+SHELL_PATHS = ("/", "/login")
+LINK_SECONDS = 3600.0
+MAX_LINKS = 1000
+HEADERS = {
+    "Cache-Control": "no-cache",
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+    "script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+def is_public(method: str, path: str) -> bool:
+    """Routes the gate lets through without a token: health, the dashboard's shell, assets, login."""
+    if path == "/healthz":
+        return True
+    if path == "/login" and method == "POST":
+        return True
+    return method in ("GET", "HEAD") and (path in SHELL_PATHS or path.startswith("/ui/"))
+
+
+def bearer_of(header: str) -> str:
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+class LoginLinks:
+    """One-time codes, each standing for the token that asked for it, until used or expired."""
+
+    def __init__(self) -> None:
+        self._codes: dict[str, tuple[str, float]] = {}  # SHA-256 of the code -> (token, expiry)
+        self._lock = threading.Lock()
+
+    def create(self, token: str, now: float) -> str:
+        code = secrets.token_urlsafe(32)
+        with self._lock:
+            for key in [k for k, (_, until) in self._codes.items() if until <= now]:
+                del self._codes[key]
+            while len(self._codes) >= MAX_LINKS:
+                del self._codes[next(iter(self._codes))]  # the oldest
+            self._codes[_digest(code)] = (token, now + LINK_SECONDS)
+        return code
+
+    def redeem(self, code: str, now: float) -> str | None:
+        with self._lock:
+            found = self._codes.pop(_digest(code), None)
+        if found is None or found[1] <= now:
+            return None
+        return found[0]
+
+
+def _digest(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()
+
+
+def links_of(app: Any) -> LoginLinks:
+    links: LoginLinks = app.state.login_links
+    return links
+
+
+class Assets(StaticFiles):
+    """The static files, revalidated on every load (a new version is picked up at once)."""
+
+    def file_response(self, *args: Any, **kwargs: Any) -> Response:
+        response = super().file_response(*args, **kwargs)
+        response.headers.update({k: v for k, v in HEADERS.items() if k != "Content-Security-Policy"})
+        return response
+
+
+def _error(status: int, error: str, fix: str) -> Response:
+    body = json.dumps({"error": error, "fix": fix})
+    return Response(body, status_code=status, media_type="application/json")
+
+
+def install(app: FastAPI, reports_dir: Path | None = None) -> None:
+    """Add the shell, the assets and `POST /login` to `app`."""
+    app.state.login_links = LoginLinks()
+    app.state.reports_dir = reports_dir
+
+    async def shell() -> Response:
+        return FileResponse(STATIC / "index.html", headers=HEADERS, media_type="text/html")
+
+    for path in SHELL_PATHS:
+        app.add_api_route(path, shell, methods=["GET"], include_in_schema=False)
+
+    async def login(request: Request) -> Response:
+        try:
+            code = (await request.json()).get("code", "")
+        except (ValueError, AttributeError):
+            code = ""
+        if not isinstance(code, str) or not code:
+            return _error(422, 'send {"code": "..."} from a login link', "open the link `corral up` printed")
+        token = links_of(request.app).redeem(code, time.monotonic())
+        request.state.audit_detail = "login link redeemed" if token else "login link refused"
+        if token is None:
+            return _error(
+                401,
+                "this login link was used already, or has expired",
+                "run `corral dashboard` for a fresh link, or sign in with a token",
+            )
+        return Response(json.dumps({"token": token}), media_type="application/json", headers=HEADERS)
+
+    app.add_api_route("/login", login, methods=["POST"], include_in_schema=False)
+    app.mount("/ui", Assets(directory=STATIC), name="ui")
