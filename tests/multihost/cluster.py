@@ -36,7 +36,9 @@ TERMINAL = ("finished", "failed", "cancelled", "rejected")
 CLUSTER: dict[str, Any] = {
     "name": "multihost",
     "nodes": [{"name": "h[1-3]", "gpus": GPUS, "gpu_model": "H100-80GB", "gpu_memory_gib": 80}],
-    "queues": [{"name": "research", "weight": 1, "quota": 12, "limit": 12}],
+    "queues": [
+        {"name": "research", "weight": 1, "quota": 12}
+    ],  # no limit (a job blocked by its queue's limit preempts nothing)
     "priority_classes": {
         "low": {"value": 0, "min_runtime": "0s"},
         "normal": {"value": 100, "min_runtime": "0s"},

@@ -8,6 +8,7 @@
   resumes after the newest checkpoint of an earlier attempt, checkpoints every `$EVERY` steps and
   when asked to, then exits 0. Every step goes to an append-only `$OUT/steps-<RANK>.log`
   (`attempt step`), and events to `$OUT/events.log`; the pid to `$OUT/pid-<attempt>-<RANK>`.
+- `uneven`: ranks that finish at different times, without any collective at the end.
 """
 
 from __future__ import annotations
@@ -125,7 +126,21 @@ def steps() -> None:
                 event("stopped", step=step)
                 return
     event("finished", step=total)
+    # like a real job's last collective: no rank leaves before every rank has finished
+    (out / f"done-{attempt}-{rank}").touch()
+    world = int(os.environ["WORLD_SIZE"])
+    deadline = time.monotonic() + 30
+    while not all((out / f"done-{attempt}-{r}").exists() for r in range(world)):
+        assert time.monotonic() < deadline, "the other ranks did not finish"
+        time.sleep(0.02)
+
+
+def uneven() -> None:
+    """Rank r works r x $SLOW_S seconds longer than rank 0, then writes `$OUT/done-<rank>`."""
+    rank = int(os.environ["RANK"])
+    time.sleep(rank * float(os.environ["SLOW_S"]))
+    (Path(os.environ["OUT"]) / f"done-{rank}").write_text(str(time.time()))
 
 
 if __name__ == "__main__":
-    {"allreduce": allreduce, "torchrun": torchrun, "steps": steps}[sys.argv[1]]()
+    {"allreduce": allreduce, "torchrun": torchrun, "steps": steps, "uneven": uneven}[sys.argv[1]]()
