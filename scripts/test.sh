@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/torch.sh  # CPU PyTorch for the multi-host tests (tests/multihost)
+bash scripts/bwrap.sh  # bubblewrap: the agent binds jobs' mounts with it
 echo "== ruff"; .venv/bin/ruff check src tests bench
 echo "== ruff format"; .venv/bin/ruff format --check src tests bench
 echo "== mypy"; .venv/bin/mypy
