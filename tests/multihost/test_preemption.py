@@ -75,9 +75,12 @@ def test_preemption_checkpoints_frees_the_gpus_and_resumes(cluster: MultiHost, t
     assert max(steps_done(victim_out, 0, 1)) - saved["step"] <= EVERY
     assert only(evs, "start", attempt=2)["t"] >= only(boss_evs, "finish")["t"]
     for rank in range(3):
-        done_1, done_2 = steps_done(victim_out, rank, 1), steps_done(victim_out, rank, 2)
+        done_2 = steps_done(victim_out, rank, 2)
         assert done_2 == list(range(saved["step"] + 1, steps + 1)), (rank, done_2[:3], saved)
-        assert sorted(set(done_1) | set(done_2)) == list(range(1, steps + 1))  # no step skipped
+    # rank 0's state is the checkpoint: with attempt 1 it covers every step, none skipped
+    # (the other ranks are not in lockstep with it here: no collective between steps)
+    done_1, done_2 = steps_done(victim_out, 0, 1), steps_done(victim_out, 0, 2)
+    assert sorted(set(done_1[: done_1.index(saved["step"]) + 1]) | set(done_2)) == list(range(1, steps + 1))
     assert {e["rank"] for e in worker_events(victim_out, "finished", attempt=2)} == {0, 1, 2}
 
 
