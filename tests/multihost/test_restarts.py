@@ -89,11 +89,6 @@ def test_kill_9_restarts_the_gang_from_its_checkpoint_then_fails(cluster: MultiH
     assert [k[0] for k in kinds].count("start") == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the first node's exit 0 ends a multi-node attempt as `finish` and the other nodes' ranks "
-    "still running are killed (scheduler: one x.exit ends the attempt, whatever its exit code)",
-)
 def test_a_gang_finishes_only_when_every_host_has(cluster: MultiHost, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()

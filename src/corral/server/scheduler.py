@@ -68,6 +68,8 @@ class Scheduler:
         self.state: ClusterState | None = None
         self.last_seq = 0
         self.own: set[int] = set()
+        # nodes whose workers all exited 0, per live multi-node attempt: it finishes with the last
+        self.clean_exits: dict[tuple[str, int], set[str]] = {}
         self.paused = False
         self.timers: list[float] = []
         self.reasons = ReasonBook()
@@ -118,7 +120,8 @@ class Scheduler:
             ).all()
             for attempt in live:
                 restore_attempt(state, attempt)
-            self.replay = unapplied_exits(conn)
+            self.replay = unapplied_exits(conn)  # refills clean_exits as they are applied again
+            self.clean_exits.clear()
             pending = conn.execute(
                 select(j.c.spec, j.c.attempt, j.c.held, j.c.not_before, j.c.reason_code, j.c.reason)
                 .where(j.c.state == "pending")
@@ -256,6 +259,15 @@ class Scheduler:
                 attempt = state.running.get(JobId(body["job"]))
                 if row is None or attempt is None or attempt.attempt != body["attempt"]:
                     continue
+                if body.get("exit_code") == 0 and row.stop_kind is None and not body.get("why"):
+                    # a gang finishes when every node's workers have: one node done early is not
+                    # the end of the others (a non-zero exit, or a stop, ends it at once)
+                    nodes = {str(state.specs[n].name) for n, _ in attempt.placement}
+                    done = self.clean_exits.setdefault((body["job"], body["attempt"]), set())
+                    done.add(str(body.get("node", "")))
+                    if not nodes <= done:
+                        continue
+                self.clean_exits.pop((body["job"], body["attempt"]), None)
                 ending = ending_of(
                     row.stop_kind,
                     row.stop_by,
