@@ -11,8 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.multihost.cluster import (
     WORKER,
     MultiHost,
