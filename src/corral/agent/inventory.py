@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,32 +19,32 @@ class Gpus:
     model: str = ""
     memory_gib: float = 0.0
     why_none: str = ""
+    nvlink: list[list[int]] = field(default_factory=list)  # NVLink domains, as GPU indices
+    uuids: list[str] = field(default_factory=list)
 
 
 def detect_gpus() -> Gpus:
-    """The NVIDIA GPUs NVML sees (through nvidia-ml-py, when it is installed)."""
+    """The NVIDIA GPUs NVML sees (through nvidia-ml-py, when it is installed): their model (of GPU
+    0; a node's GPUs are one model), memory, UUIDs and NVLink domains."""
+    from corral.agent.nvml import nvlink_domains, open_nvml
+
+    nvml, why = open_nvml()
+    if nvml is None:
+        return Gpus(0, why_none=why)
     try:
-        nvml: Any = importlib.import_module("pynvml")
-    except ImportError:
-        return Gpus(0, why_none="nvidia-ml-py is not installed")
-    try:
-        nvml.nvmlInit()
-    except Exception as exc:  # NVMLError: no driver, no library
-        return Gpus(0, why_none=f"NVML: {exc}")
-    try:
-        count = int(nvml.nvmlDeviceGetCount())
-        if count == 0:
-            return Gpus(0, why_none="NVML sees no GPU")
-        handle = nvml.nvmlDeviceGetHandleByIndex(0)
-        name = nvml.nvmlDeviceGetName(handle)
-        name = name.decode() if isinstance(name, bytes) else str(name)
-        memory = float(nvml.nvmlDeviceGetMemoryInfo(handle).total) / 2**30
+        devices = nvml.devices()
     except Exception as exc:
         return Gpus(0, why_none=f"NVML: {exc}")
     finally:
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
-    return Gpus(count, normalise_gpu_model(name), round(memory, 1))
+        nvml.close()
+    first = devices[0]
+    return Gpus(
+        len(devices),
+        normalise_gpu_model(first.name),
+        round(first.memory_bytes / 2**30, 1),
+        nvlink=nvlink_domains(devices),
+        uuids=[d.uuid for d in devices],
+    )
 
 
 def declared_or_detected(gpus: int | None, gpu_model: str | None) -> Gpus:
@@ -56,7 +54,7 @@ def declared_or_detected(gpus: int | None, gpu_model: str | None) -> Gpus:
         return Gpus(gpus, model, why_none="declared with --gpus 0" if gpus == 0 else "")
     found = detect_gpus()
     if model and found.count:
-        return Gpus(found.count, model, found.memory_gib)
+        return Gpus(found.count, model, found.memory_gib, nvlink=found.nvlink, uuids=found.uuids)
     return found
 
 
@@ -88,4 +86,5 @@ def inventory(node: str, gpus: Gpus, address: str) -> dict[str, Any]:
         "cpus": os.cpu_count() or 0,
         "memory_gib": round(memory_gib, 1),
         "address": address,
+        "nvlink": gpus.nvlink,
     }

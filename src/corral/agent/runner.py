@@ -321,6 +321,7 @@ class Agent:
         *,
         default_user: str | None = None,
         logs_port: int = 0,
+        nvml: Any = None,
     ) -> None:
         self.server = server
         self.poll_wait = poll_wait
@@ -328,6 +329,7 @@ class Agent:
         self.node = str(inventory["node"])
         self.data_dir = data_dir
         self.checkpoint_root = checkpoint_root or data_dir / "checkpoints"
+        self.nvml = nvml  # corral.agent.nvml.Nvml when the GPUs came from NVML: samples at heartbeats
         self.caps = Capabilities.detect(self.node, default_user)
         for note in self.caps.notes:
             log.warning("%s", note)
@@ -373,7 +375,13 @@ class Agent:
     def _heartbeats(self) -> None:
         while not self.stopping.wait(self.interval):
             try:
-                self.api.heartbeat(self.node, self.incarnation)
+                samples = None
+                if self.nvml is not None:
+                    try:
+                        samples = self.nvml.sample()
+                    except Exception as exc:  # a failing NVML must not stop the lease
+                        log.warning("NVML sample: %s", exc)
+                self.api.heartbeat(self.node, self.incarnation, samples)
             except ClientError as err:
                 if err.status in (404, 409):
                     with contextlib.suppress(ClientError):

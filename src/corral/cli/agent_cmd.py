@@ -54,9 +54,21 @@ def agent(
     directory = data_dir or settings.data_dir()
     found = declared_or_detected(gpus, gpu_model)
     body = inventory(node or socket.gethostname(), found, address or address_towards(server))
+    sampler = None
+    if gpus is None and found.count:  # found through NVML: report utilisation and memory too
+        from corral.agent.nvml import open_nvml
+
+        sampler, _ = open_nvml()
     try:
         runner = Agent(
-            server, token, body, directory, checkpoint_root, default_user=default_user, logs_port=logs_port
+            server,
+            token,
+            body,
+            directory,
+            checkpoint_root,
+            default_user=default_user,
+            logs_port=logs_port,
+            nvml=sampler,
         )
     except ValueError as exc:
         fail(str(exc), "pass --server http://HOST:PORT")

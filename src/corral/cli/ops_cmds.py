@@ -32,15 +32,24 @@ app.add_typer(nodes_app, name="nodes", rich_help_panel=PANEL, invoke_without_com
 
 @nodes_app.callback(invoke_without_command=True)
 def nodes(
-    ctx: typer.Context, server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+    ctx: typer.Context,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+    gpus: Annotated[
+        bool, typer.Option("--gpus", help="one row per GPU: its state, the job on it, utilisation, memory")
+    ] = False,
 ) -> None:
     """List nodes: state, GPUs allocated and free, unhealthy GPUs, heartbeat age, reason."""
     if ctx.invoked_subcommand is not None:
         return
     with connect(ctx, server, token) as corral:
-        found = corral.nodes()
+        found = corral.nodes(gpus=gpus)
     if as_json:
         print_json({"nodes": found})
+        return
+    if gpus:
+        print_gpus(found)
         return
     rows = [
         (
@@ -59,6 +68,35 @@ def nodes(
         ("NODE", "STATE", "GPUS USED", "FREE", "MODEL", "UNHEALTHY", "HEARTBEAT", "REASON"),
         rows,
         empty="no nodes yet: declare them in the cluster file, or start an agent",
+    )
+
+
+def print_gpus(found: list[dict[str, Any]]) -> None:
+    def percent(v: float | None) -> str:
+        return f"{v * 100:.0f}%" if v is not None else ""
+
+    def memory(g: dict[str, Any]) -> str:
+        used, total = g.get("memory_used_bytes"), g.get("memory_total_bytes")
+        return f"{used / 2**30:.1f}/{total / 2**30:.0f} GiB" if used is not None and total else ""
+
+    rows = [
+        (
+            n["name"],
+            g["index"],
+            g["state"] + (f" ({g['reason']})" if g.get("reason") else ""),
+            g.get("job") or ("(another team)" if g.get("queue") else ""),
+            g.get("queue", ""),
+            g.get("user", ""),
+            percent(g.get("utilization")),
+            memory(g),
+        )
+        for n in found
+        for g in n.get("gpu_list", [])
+    ]
+    print_table(
+        ("NODE", "GPU", "STATE", "JOB", "QUEUE", "USER", "UTIL", "MEMORY"),
+        rows,
+        empty="no GPUs: declare nodes in the cluster file, or start an agent",
     )
 
 

@@ -150,10 +150,11 @@ class Client:
         out: JsonObject = self.request("POST", "/v1/agents/register", body=dict(inventory))
         return out
 
-    def heartbeat(self, node: str, incarnation: int) -> JsonObject:
-        out: JsonObject = self.request(
-            "POST", f"/v1/agents/{node}/heartbeat", body={"incarnation": incarnation}
-        )
+    def heartbeat(self, node: str, incarnation: int, gpus: list[dict[str, Any]] | None = None) -> JsonObject:
+        body: dict[str, Any] = {"incarnation": incarnation}
+        if gpus is not None:
+            body["gpus"] = gpus
+        out: JsonObject = self.request("POST", f"/v1/agents/{node}/heartbeat", body=body)
         return out
 
     # ---- jobs ------------------------------------------------------------------------------
@@ -223,8 +224,10 @@ class Client:
         return self._job_action(job_id, "requeue")
 
     # ---- nodes -----------------------------------------------------------------------------
-    def nodes(self) -> list[JsonObject]:
-        out: list[JsonObject] = self.request("GET", "/v1/nodes")["nodes"]
+    def nodes(self, gpus: bool = False) -> list[JsonObject]:
+        """Every node; with `gpus`, each node's `gpu_list` (state, job, NVML figures per GPU)."""
+        params = {"gpus": "true"} if gpus else None
+        out: list[JsonObject] = self.request("GET", "/v1/nodes", params=params)["nodes"]
         return out
 
     def _node_action(self, name: str, action: str, body: JsonObject) -> JsonObject:

@@ -8,6 +8,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -15,6 +16,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
+from corral.server.api_nodes import gpu_owners
 from corral.server.context import Context
 from corral.store import schema
 
@@ -35,6 +37,7 @@ class ClusterCollector(Collector):
             used: dict[str, int] = dict(
                 conn.execute(select(al.c.node, func.count()).where(al.c.live == 1).group_by(al.c.node)).all()
             )
+            owners = gpu_owners(conn)
         pending = GaugeMetricFamily("corral_pending_jobs", "Jobs waiting, by queue", labels=["queue"])
         running = GaugeMetricFamily(
             "corral_running_jobs", "Jobs with a live attempt, by queue and state", labels=["queue", "state"]
@@ -64,6 +67,42 @@ class ClusterCollector(Collector):
         for name, seen in list(self.ctx.heartbeats.items()):
             age.add_metric([name], now - seen)
         yield from (pending, running, gpus, age)
+        yield from self._per_gpu(owners)
+
+    def _per_gpu(self, owners: dict[tuple[str, int], Any]) -> Iterator[Metric]:
+        """Per GPU, labelled as NVIDIA's DCGM exporter labels its series (`Hostname`, `gpu`, `UUID`)
+        so that `corral_gpu_allocated * on(Hostname, gpu) group_left DCGM_FI_DEV_GPU_UTIL` joins
+        them: which job holds each GPU, and (from NVML, where the node has it) how busy it is."""
+        labels = ["Hostname", "gpu", "UUID"]
+        held = GaugeMetricFamily(
+            "corral_gpu_allocated", "1 for each GPU a job holds", labels=[*labels, "job", "queue"]
+        )
+        util = GaugeMetricFamily(
+            "corral_gpu_utilization_ratio", "GPU busy time (NVML), 0 to 1", labels=labels
+        )
+        memory = GaugeMetricFamily("corral_gpu_memory_used_bytes", "GPU memory in use (NVML)", labels=labels)
+        job_util = GaugeMetricFamily(
+            "corral_job_gpu_utilization_ratio",
+            "Mean utilisation of a job's GPUs (NVML)",
+            labels=["job", "queue"],
+        )
+        per_job: dict[tuple[str, str], list[float]] = {}
+        samples = {(node, s["index"]): s for node, rows in list(self.ctx.gpu_samples.items()) for s in rows}
+        for (node, gpu), owner in owners.items():
+            uuid = str(samples.get((node, gpu), {}).get("uuid", ""))
+            held.add_metric([node, str(gpu), uuid, owner.job_id, owner.queue], 1)
+        for (node, gpu), s in samples.items():
+            key = [node, str(gpu), str(s.get("uuid", ""))]
+            if s.get("utilization") is not None:
+                util.add_metric(key, s["utilization"])
+                owner = owners.get((node, gpu))
+                if owner is not None:
+                    per_job.setdefault((owner.job_id, owner.queue), []).append(s["utilization"])
+            if s.get("memory_used_bytes") is not None:
+                memory.add_metric(key, s["memory_used_bytes"])
+        for (job, queue), values in per_job.items():
+            job_util.add_metric([job, queue], sum(values) / len(values))
+        yield from (held, util, memory, job_util)
 
 
 def render(ctx: Context) -> tuple[bytes, str]:

@@ -29,7 +29,49 @@ HEARTBEAT_INTERVAL = 5.0
 
 
 # ---- nodes ---------------------------------------------------------------------------------
-def _nodes(ctx: Context) -> list[dict[str, Any]]:
+def gpu_owners(conn: Connection) -> dict[tuple[str, int], Any]:
+    """(node, GPU) -> the live allocation's job, attempt, queue, team and user."""
+    al, j = schema.allocations, schema.jobs
+    rows = conn.execute(
+        select(al.c.node, al.c.gpu, al.c.job_id, al.c.attempt, j.c.queue, j.c.team, j.c.user)
+        .join(j, j.c.id == al.c.job_id)
+        .where(al.c.live == 1)
+    ).all()
+    return {(r.node, r.gpu): r for r in rows}
+
+
+def _gpus_of(
+    ctx: Context, row: Any, owners: dict[tuple[str, int], Any], who: Principal
+) -> list[dict[str, Any]]:
+    """Each GPU of a node: its state, what runs on it (job ids of other teams hidden from members),
+    and its NVML utilisation and memory where the node reports them."""
+    unhealthy = json.loads(row["unhealthy"])
+    samples = {s["index"]: s for s in ctx.gpu_samples.get(row["name"], [])}
+    out = []
+    for gpu in range(row["gpus"]):
+        owner = owners.get((row["name"], gpu))
+        if str(gpu) in unhealthy:
+            state = "unhealthy"
+        elif owner is not None:
+            state = "allocated"
+        else:
+            state = "free" if row["state"] == "up" else row["state"]
+        entry: dict[str, Any] = {"index": gpu, "state": state}
+        if str(gpu) in unhealthy:
+            entry["reason"] = unhealthy[str(gpu)]
+        if owner is not None:
+            mine = who.is_admin or owner.team == who.team
+            entry.update(queue=owner.queue, job=owner.job_id if mine else None)
+            if mine:
+                entry.update(attempt=owner.attempt, user=owner.user)
+        sample = samples.get(gpu)
+        if sample is not None:
+            entry.update({k: v for k, v in sample.items() if k != "index" and v is not None})
+        out.append(entry)
+    return out
+
+
+def _nodes(ctx: Context, who: Principal | None = None, with_gpus: bool = False) -> list[dict[str, Any]]:
     n, al = schema.nodes, schema.allocations
     now = time.monotonic()
     with ctx.engines.reader.connect() as conn:
@@ -37,6 +79,7 @@ def _nodes(ctx: Context) -> list[dict[str, Any]]:
             conn.execute(select(al.c.node, func.count()).where(al.c.live == 1).group_by(al.c.node)).all()
         )
         rows = conn.execute(select(n).order_by(n.c.name)).mappings().all()
+        owners = gpu_owners(conn) if with_gpus else {}
     out = []
     for row in rows:
         seen = ctx.heartbeats.get(row["name"])
@@ -62,13 +105,19 @@ def _nodes(ctx: Context) -> list[dict[str, Any]]:
                 "drain_deadline": row["drain_deadline"],
             }
         )
+        if with_gpus and who is not None:
+            out[-1]["gpu_list"] = _gpus_of(ctx, row, owners, who)
     return out
 
 
 @router.get("/nodes", tags=["nodes"])
-async def list_nodes(request: Request) -> Response:
+async def list_nodes(
+    request: Request,
+    gpus: bool = Query(False, description="add `gpu_list`: each GPU's state, job and NVML figures"),
+) -> Response:
     """Every node with its state, GPUs allocated and free, health and heartbeat age."""
-    return json_response({"nodes": await run_in_threadpool(_nodes, ctx_of(request))})
+    ctx, who = ctx_of(request), who_of(request)
+    return json_response({"nodes": await run_in_threadpool(_nodes, ctx, who, gpus)})
 
 
 def _set_state(
@@ -287,8 +336,17 @@ async def register(request: Request, reg: Registration) -> Response:
     return json_response(out)
 
 
+class GpuSample(BaseModel):
+    index: int = Field(ge=0)
+    uuid: str = Field("", max_length=100)
+    utilization: float | None = Field(None, ge=0, le=1)
+    memory_used_bytes: int | None = Field(None, ge=0)
+    memory_total_bytes: int | None = Field(None, ge=0)
+
+
 class Heartbeat(BaseModel):
     incarnation: int
+    gpus: list[GpuSample] | None = Field(None, max_length=64, description="NVML samples, where present")
 
 
 def _incarnation(ctx: Context, node: str, incarnation: int) -> None:
@@ -319,6 +377,8 @@ async def heartbeat(request: Request, node: str, beat: Heartbeat) -> Response:
     else:
         await run_in_threadpool(_incarnation, ctx, node, beat.incarnation)
     ctx.heartbeats[node] = time.monotonic()
+    if beat.gpus is not None:
+        ctx.gpu_samples[node] = [g.model_dump() for g in beat.gpus]
     return json_response({"ok": True, "lease_s": 20.0})
 
 

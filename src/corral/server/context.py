@@ -78,6 +78,8 @@ class Context:
         self.insert_audit: Many = _insert_audit
         self.heartbeats: dict[str, float] = {}  # node -> monotonic time of its last heartbeat
         self.incarnations: dict[str, int] = {}
+        # node -> its GPUs' last utilisation and memory samples (NVML nodes only), from heartbeats
+        self.gpu_samples: dict[str, list[dict[str, Any]]] = {}
         self.started = time.monotonic()
         self._model_lock = threading.Lock()
         self._model: tuple[ClusterModel, ClusterState] | None = None
