@@ -83,6 +83,9 @@ class _Cycle:
         self.reservations: list[reserve.Reservation] = []
         self.reserved_queues: set[str] = set()
         self.blocked: dict[tuple[object, ...], Reason] = {}
+        # (blocked shape, preemptible) -> (queues' use version, reason): while no queue's counted
+        # GPUs change, admission answers jobs of one shape alike, so a repeat skips it too
+        self.verdicts: dict[tuple[object, ...], tuple[int, Reason]] = {}
         self.started: dict[QueueName, list[JobId]] = {}
         self.no_victims: dict[QueueName, int] = {}  # queue -> highest class found to have no candidates
         self.preempt_tries = 0
@@ -151,22 +154,30 @@ class _Cycle:
             return True
         if job.nomination is not None:
             return False
+        if job.shape is None:
+            job.shape = shape_of(spec)
+        shape = (job.shape, spec.queue, spec.priority, spec.time_limit)
+        verdict_key = (shape, spec.preemptible)
+        version = self.state.use_version
+        verdict = self.verdicts.get(verdict_key)
+        if verdict is not None and verdict[0] == version:
+            reasons[spec.id] = verdict[1]  # what admission and the blocked shape said, unchanged
+            return False
         queue = self.state.queues[spec.queue]
         for admit in self.profile.admits:
             why = admit.admit(job, queue, self.state)
             if why is not None:
                 reasons[spec.id] = why
+                self.verdicts[verdict_key] = (version, why)
                 return False
         req = job.request
         if not isinstance(req, Request) or job.request_generation != self.state.generation:
-            if job.shape is None:
-                job.shape = shape_of(spec)
             req = request_for(self.state, spec, self.profile.filters, job.shape)
             job.request, job.request_generation = req, self.state.generation
-        shape = (job.shape, spec.queue, spec.priority, spec.time_limit)
         cached = self.blocked.get(shape)
         if cached is not None:
             reasons[spec.id] = cached
+            self.verdicts[verdict_key] = (version, cached)
             return False
         placed = place(self.state, req, job.avoid_nodes)
         if isinstance(placed, list):

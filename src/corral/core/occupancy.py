@@ -14,13 +14,14 @@ Group = tuple[QueueName, int]  # (queue, priority value)
 class Occupancy:
     """Per node: attempts touching it, and GPUs plus GPU-seconds-since-checkpoint per group."""
 
-    __slots__ = ("groups", "jobs", "totals")
+    __slots__ = ("groups", "jobs", "members", "totals")
 
     def __init__(self) -> None:
         self.jobs: list[dict[JobId, RunningAttempt]] = []
         # node -> group -> [GPUs, sum of GPUs x (time of the last checkpoint or start)]
         self.groups: list[dict[Group, list[float]]] = []
         self.totals: dict[Group, float] = {}  # GPUs per group over the whole cluster
+        self.members: dict[Group, dict[JobId, RunningAttempt]] = {}  # the attempts counted per group
 
     def add_node(self) -> None:
         self.jobs.append({})
@@ -63,6 +64,15 @@ class Occupancy:
             self.totals[key] = total
         else:
             self.totals.pop(key, None)
+        members = self.members.get(key)
+        if sign > 0:
+            if members is None:
+                members = self.members[key] = {}
+            members[attempt.spec.id] = attempt
+        elif members is not None:
+            members.pop(attempt.spec.id, None)
+            if not members:
+                del self.members[key]
         for node, mask in attempt.placement:
             gpus = mask.bit_count()
             per_node = self.groups[node]

@@ -29,7 +29,12 @@ class QueueOrder(Protocol):
 
 
 class Admit(Protocol):
-    """Quotas and limits: None admits the job, a Reason keeps it waiting."""
+    """Quotas and limits: None admits the job, a Reason keeps it waiting.
+
+    The answer may depend only on the job's spec (its shape, queue, class, time limit and
+    preemptibility) and on the queues' counted GPUs: a cycle reuses it for the next job of the
+    same shape while no queue's count has changed (`ClusterState.use_version`).
+    """
 
     def admit(self, job: PendingJob, queue: QueueState, state: ClusterState) -> Reason | None: ...
 
@@ -43,8 +48,12 @@ class NodeFilter(Protocol):
 class Victims(Protocol):
     """Which running attempts a blocked job may preempt, and in which order to take them.
 
-    `bounds_by_group` says whether `group_eligible` is informative (by queue and class); when it
-    is not, victim selection examines every running attempt directly.
+    `group_eligible` is an upper bound of `eligible` for every attempt of a (queue, class)
+    group; only the attempts of groups it allows are examined, and only preemptible attempts
+    that are not already stopping are ever examined. `bounds_by_group` says whether it is
+    informative enough to bound each node's freeable GPUs by group; when it is not, victim
+    selection examines the attempts one by one. `order_key` must be a total order (end with
+    the job id), so that the victims chosen never depend on the order attempts are examined in.
     """
 
     bounds_by_group: bool

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from corral.core.jobs import PendingJob, RunningAttempt
 from corral.core.model import QueueName
+from corral.core.occupancy import Group
 from corral.core.placement import NodeMask, Request, place
 from corral.core.plugins import Victims
 from corral.core.state import ClusterState
@@ -41,21 +42,25 @@ def select_victims(
 ) -> Selection | str | None:
     """Choose victims for `job`; None when no eligible set frees one placement, NO_CANDIDATES when
     no running attempt can be a victim at all."""
+    members = state.occupancy.members
+    ok = {key for key in members if plugin.group_eligible(job, key[0], key[1], state, now)}
+    if not ok:
+        return NO_CANDIDATES  # `group_eligible` is an upper bound: no attempt of any group qualifies
     if plugin.bounds_by_group:
-        fast = _by_aggregates(state, plugin, job, req, now)
+        fast = _by_aggregates(state, plugin, job, req, now, ok)
         if fast is not _RETRY:
             return fast
-    return _full_scan(state, plugin, job, req, now)
+    return _full_scan(state, plugin, job, req, now, ok)
 
 
 _RETRY = "retry"
 
 
 def _by_aggregates(
-    state: ClusterState, plugin: Victims, job: PendingJob, req: Request, now: float
+    state: ClusterState, plugin: Victims, job: PendingJob, req: Request, now: float, ok: set[Group]
 ) -> Selection | str | None:
-    ok = {key for key in state.occupancy.totals if plugin.group_eligible(job, key[0], key[1], state, now)}
-    if not ok:
+    totals = state.occupancy.totals
+    if not any(key in totals for key in ok):
         return NO_CANDIDATES
     g = max(1, req.gpus_per_replica)
     allowed = set(req.classes)
@@ -131,13 +136,27 @@ def _verified(
 
 
 def _full_scan(
-    state: ClusterState, plugin: Victims, job: PendingJob, req: Request, now: float
+    state: ClusterState,
+    plugin: Victims,
+    job: PendingJob,
+    req: Request,
+    now: float,
+    ok: set[Group] | None = None,
 ) -> Selection | str | None:
-    """The exact path: every running attempt is checked and ranked by the plugin."""
+    """The exact path: every attempt of an eligible group is checked and ranked by the plugin.
+
+    Only preemptible attempts that are not stopping are in groups, and `eligible` implies
+    `group_eligible` (the groups in `ok`; None: every group), so this examines every running
+    attempt that could be a victim.
+    """
+    members = state.occupancy.members
+    if ok is None:
+        ok = set(members)
     candidates = [
         a
-        for a in state.running.values()
-        if a.preempting_deadline is None and a.start < now and plugin.eligible(job, a, state, now)
+        for key in ok
+        for a in members[key].values()
+        if a.start < now and plugin.eligible(job, a, state, now)
     ]
     if not candidates:
         return NO_CANDIDATES

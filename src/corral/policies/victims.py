@@ -111,7 +111,8 @@ class AttainedService:
     def group_eligible(
         self, preemptor: PendingJob, queue: QueueName, priority: int, state: ClusterState, now: float
     ) -> bool:
-        return True  # attained service is per attempt: checked one by one
+        # attained service is per attempt (checked one by one); but nobody is above the top level
+        return self._level(preemptor.attained) < len(self.args.thresholds)
 
     def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
         served = victim.job.attained + victim.spec.gpus * (now - victim.start)
