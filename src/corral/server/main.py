@@ -135,7 +135,8 @@ def start_scheduler(opts: ServerOptions, env: dict[str, str]) -> subprocess.Pope
         "--policy",
         opts.policy,
     ]
-    return subprocess.Popen(cmd, env=env)
+    # the scheduler exits once this process is gone, even if it was gone before the scheduler looked
+    return subprocess.Popen(cmd, env={**env, "CORRAL_SERVER_PID": str(os.getpid())})
 
 
 class Supervisor:

@@ -11,11 +11,12 @@ from corral.server.scheduler import main
 
 
 def _parent_watch() -> None:
-    """Exit when the server that started us is gone (its stdin pipe is not used: poll the parent)."""
+    """Exit when the server that started us is gone (its stdin pipe is not used: poll the parent).
+    The server passes its pid: a server that died while we were starting is noticed too."""
     import os
     import time
 
-    parent = os.getppid()
+    parent = int(os.environ.get("CORRAL_SERVER_PID") or os.getppid())
     while True:
         time.sleep(0.5)
         if os.getppid() != parent:
