@@ -21,15 +21,14 @@ from typing import Any
 
 import httpx
 
-from tests.multihost.netns import Network
-from tests.server.harness import wait_for
+from tests.multihost.netns import Loopback, Network
+from tests.server.harness import free_port, wait_for
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "worker.py"
 CLI = [sys.executable, "-c", "from corral.cli.main import main; main()"]
 AGENT_HOSTS = ("h1", "h2", "h3")
 GPUS = 4
-PORT = 8400
 TERMINAL = ("finished", "failed", "cancelled", "rejected")
 
 # three nodes of 4 GPUs; the built-in priority classes without min_runtime (preemption at once)
@@ -54,9 +53,11 @@ def clean_env() -> dict[str, str]:
 class MultiHost:
     """`start()` builds the namespaces and starts everything; `stop()` undoes all of it."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, namespaces: bool = True) -> None:
         self.dir = directory
-        self.net = Network({"cp": 254, **{h: i for i, h in enumerate(AGENT_HOSTS, start=1)}})
+        hosts = {"cp": 254, **{h: i for i, h in enumerate(AGENT_HOSTS, start=1)}}
+        self.net: Network | Loopback = Network(hosts) if namespaces else Loopback(hosts)
+        self.port = 8400 if namespaces else free_port()
         self.data = directory / "server"
         self.checkpoints = directory / "checkpoints"  # every host mounts it (one file system here)
         self.socket = directory / "api.sock"
@@ -67,7 +68,7 @@ class MultiHost:
     @property
     def url(self) -> str:
         """The server's URL as the agents see it."""
-        return f"http://{self.net.address('cp')}:{PORT}"
+        return f"http://{self.net.address('cp')}:{self.port}"
 
     def address(self, host: str) -> str:
         return self.net.address(host)
@@ -100,13 +101,19 @@ class MultiHost:
             "--host",
             self.net.address("cp"),
             "--port",
-            str(PORT),
+            str(self.port),
             "--insecure-http",
             "--cluster",
             str(cluster),
         ]
         self.procs["server"] = self.net.run("cp", server, self.dir / "server.log", env=env)
-        relay = [sys.executable, str(HERE / "relay.py"), str(self.socket), self.net.address("cp"), str(PORT)]
+        relay = [
+            sys.executable,
+            str(HERE / "relay.py"),
+            str(self.socket),
+            self.net.address("cp"),
+            str(self.port),
+        ]
         self.procs["relay"] = self.net.run("cp", relay, self.dir / "relay.log", env=clean_env())
         wait_for(self._healthy, timeout=60, interval=0.05)
         self._token = (self.data / "admin-token").read_text().strip()

@@ -143,3 +143,43 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:300]
     except OSError:
         return "?"
+
+
+class Loopback:
+    """The same interface on one host without namespaces (the benchmark's fallback): every "host"
+    is this machine, at its own loopback address `127.0.<net>.<i>`; processes are tracked by
+    session instead of by namespace."""
+
+    def __init__(self, hosts: dict[str, int]) -> None:
+        self.net = random.randint(1, 254)
+        self.hosts = dict(hosts)
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def address(self, host: str) -> str:
+        return f"127.0.{self.net}.{self.hosts[host]}"
+
+    def up(self) -> float:
+        return 0.0
+
+    def run(self, host: str, argv: Sequence[str], log: Path, **kw: Any) -> subprocess.Popen[bytes]:
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                list(argv),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                **kw,
+            )
+        self.started.append(proc)
+        return proc
+
+    def close(self, linger: float = 2.0) -> list[str]:
+        """Kill what is left in the sessions of the processes started here."""
+        time.sleep(linger)
+        left = []
+        for proc in self.started:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+                left.append(f"session {proc.pid}")
+        return left
