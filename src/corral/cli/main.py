@@ -245,6 +245,7 @@ def main() -> None:  # pragma: no cover - console entry point
 from corral.cli import admin_cmds as _admin_cmds  # noqa: E402,F401
 from corral.cli import agent_cmd as _agent_cmd  # noqa: E402,F401
 from corral.cli import client_cmds as _client_cmds  # noqa: E402,F401
+from corral.cli import dashboard_cmd as _dashboard_cmd  # noqa: E402,F401
 from corral.cli import logs_cmd as _logs_cmd  # noqa: E402,F401
 from corral.cli import ops_cmds as _ops_cmds  # noqa: E402,F401
 from corral.cli import serve as _serve  # noqa: E402,F401

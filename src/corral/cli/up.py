@@ -204,12 +204,18 @@ def _register(url: str, directory: Path, admin: str, inventory: dict[str, Any]) 
 
 
 def _announce(url: str, directory: Path, admin: str, inventory: dict[str, Any], gpus: Gpus) -> None:
+    from corral.cli.dashboard_cmd import login_link
     from corral.cli.settings import write_config
+    from corral.client import Client
 
     config = write_config({"server": url, "token": admin})
+    with Client(url, admin) as corral:
+        link = login_link(corral)
     model = f" x {gpus.model}" if gpus.model else ""
     lines = [
         f"Corral is up: API {url}/v1, its OpenAPI schema at {url}/openapi.json (data in {directory}).",
+        f"Dashboard: {url}/ ; one-time login link (works once, for an hour; `corral dashboard` "
+        f"prints a fresh one):\n  {link}",
         f"Node {inventory['node']} joined with {gpus.count}{model} GPUs.",
     ]
     if gpus.count == 0:

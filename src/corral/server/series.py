@@ -146,17 +146,33 @@ def series(conn: Connection, window: Window, now: float, visible: set[str] | Non
     """`GET /v1/usage/series`: per visible queue, GPUs allocated and waiting; the whole cluster's."""
     allocated, pending = intervals(conn, window.since, window.until, now)
     used, waiting = averages(allocated, window), averages(pending, window)
+    used_now, waiting_now = levels_at(allocated, now), levels_at(pending, now)
     zero = [0.0] * window.points
     cluster = [round(sum(col), 3) for col in zip(*used.values(), strict=True)] if used else zero
-    names = sorted(set(used) | set(waiting))
+    names = sorted(set(used) | set(waiting) | set(used_now) | set(waiting_now))
     return {
         "since": window.since,
         "step": window.step,
         "t": window.starts(),
-        "cluster": {"allocated": cluster},
+        "cluster": {"allocated": cluster, "allocated_now": sum(used_now.values())},
         "queues": [
-            {"name": q, "allocated": used.get(q, zero), "pending": waiting.get(q, zero)}
+            {
+                "name": q,
+                "allocated": used.get(q, zero),
+                "pending": waiting.get(q, zero),
+                "allocated_now": used_now.get(q, 0),
+                "pending_now": waiting_now.get(q, 0),
+            }
             for q in names
             if visible is None or q in visible
         ],
     }
+
+
+def levels_at(spans: Iterable[Interval], t: float) -> dict[str, int]:
+    """Per queue, the GPUs of the intervals that hold at `t` (those still open end at `t`)."""
+    out: dict[str, int] = {}
+    for iv in spans:
+        if iv.start <= t <= iv.end and iv.end > iv.start:
+            out[iv.queue] = out.get(iv.queue, 0) + iv.gpus
+    return out

@@ -52,7 +52,8 @@ export function chart(el, spec) {
   const y = (v) => M.top + h - (v / ymax) * h;
   const parts = [];
   for (let v = 0; v <= ymax + 1e-9; v += scale.step) {
-    const label = spec.percent ? `${num(v * 100, v * 100 < 10 && (v * 100) % 1 ? 1 : 0)}%` : num(v, v < 10 && v % 1 ? 1 : 0);
+    const fraction = (x) => (Math.abs(x - Math.round(x)) > 1e-6 ? 1 : 0);
+    const label = spec.percent ? `${num(v * 100, fraction(v * 100))}%` : num(v, fraction(v));
     parts.push(
       `<line class="grid" x1="${M.left}" x2="${M.left + w}" y1="${y(v)}" y2="${y(v)}"/>` +
         `<text class="ax" x="${M.left - 6}" y="${y(v) + 4}" text-anchor="end">${label}</text>`,

@@ -103,6 +103,35 @@ export class Batch {
   }
 }
 
+/** Calls `fn` again after 0.5 s, 1 s, 2 s, ... (at most every 5 s) while `check(true)` is said. */
+export class FollowUp {
+  constructor(fn, first = 500, most = 5000) {
+    this.fn = fn;
+    this.first = first;
+    this.most = most;
+    this.delay = first;
+    this.timer = null;
+  }
+
+  check(again) {
+    clearTimeout(this.timer);
+    if (!again) {
+      this.delay = this.first;
+      return;
+    }
+    this.timer = setTimeout(() => this.fn(), this.delay);
+    this.delay = Math.min(this.delay * 2, this.most);
+  }
+
+  reset() {
+    this.delay = this.first;
+  }
+
+  cancel() {
+    clearTimeout(this.timer);
+  }
+}
+
 /** A repeating timer that only runs while the tab is visible. */
 export function every(ms, fn) {
   const id = setInterval(() => {

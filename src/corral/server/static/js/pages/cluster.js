@@ -55,7 +55,8 @@ export function mount(el, app) {
     draw();
     store.refreshNodes().catch(() => {});
   } else {
-    store.load().catch((err) => (el.querySelector("#map").innerHTML = errorBox(err, "cannot load the cluster")));
+    const box = el.querySelector("#map");
+    store.load().catch((err) => (box.innerHTML = errorBox(err, "cannot load the cluster")));
   }
   const stopNodes = every(15000, () => store.refreshNodes().catch(() => {}));
   const stopStarting = every(3000, () => {

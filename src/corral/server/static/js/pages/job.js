@@ -1,12 +1,12 @@
 // One job: its spec, state and reason (with the history of reasons), its placement drawn on the
 // cluster, its attempts and events, and the tail of a rank's log. Live: events about this job
-// refetch it (debounced); a `starting` or `stopping` job is rechecked every 2 s; a running
-// job's log is followed every 3 s from the last byte read.
+// refetch it (debounced); a `starting` or `stopping` job is rechecked after 0.5, 1, 2, 4 s; a
+// running job's log is followed every 3 s from the last byte read.
 
 import { api } from "../api.js";
 import { ClusterMap } from "../clustermap.js";
 import { badge, clock, duration, errorBox, esc, queueColour, swatch } from "../format.js";
-import { debounce, ENDINGS, every } from "../live.js";
+import { debounce, ENDINGS, every, FollowUp } from "../live.js";
 
 const TAIL = 16384;
 const MAX_CONTEXT_NODES = 48;
@@ -29,6 +29,7 @@ export function mount(el, app, where) {
       const first = job === null;
       job = j;
       render(el, j, history, first);
+      follow.check(j.state === "starting" || j.state === "stopping");
       await drawPlacement(history);
       if (first) await loadLog(true);
     } catch (err) {
@@ -99,14 +100,13 @@ export function mount(el, app, where) {
     }
   };
 
-  const refetch = debounce(load, 400);
+  const refetch = debounce(load, 300);
+  const follow = new FollowUp(load);
   const offLive = app.live.on((events) => {
     if (!events.some((e) => e.job === id)) return;
+    follow.reset();
     refetch();
     if (events.some((e) => e.job === id && (e.event === "start" || ENDINGS.has(e.event)))) setTimeout(() => loadLog(true), 600);
-  });
-  const stopState = every(2000, () => {
-    if (job && (job.state === "starting" || job.state === "stopping")) load();
   });
   const stopLog = every(3000, () => {
     if (job && job.state === "running") loadLog(false);
@@ -122,7 +122,7 @@ export function mount(el, app, where) {
     unmount() {
       alive = false;
       offLive();
-      stopState();
+      follow.cancel();
       stopLog();
       refetch.cancel();
       if (map) map.destroy();
@@ -145,6 +145,13 @@ function context(store, mark) {
   return names;
 }
 
+/** An argv word as a shell would need it written (for reading; jobs never run through a shell). */
+function shellWord(a) {
+  if (/^[\w@%+=:,./-]+$/.test(a)) return a;
+  if (!a.includes("'")) return `'${a}'`;
+  return `"${a.replace(/(["\\$`])/g, "\\$1")}"`;
+}
+
 function field(label, value) {
   return `<dt>${esc(label)}</dt><dd>${value}</dd>`;
 }
@@ -164,7 +171,7 @@ function render(el, j, history, first) {
     field("started", clock(j.start_time)),
     field("ended", j.end_time ? `${clock(j.end_time)}${j.exit_code != null ? ` · exit code ${j.exit_code}` : ""}` : "–"),
   ].join("");
-  const command = (j.command || []).map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, "'\\''")}'`)).join(" ");
+  const command = (j.command || []).map(shellWord).join(" ");
   const place = j.placement.length
     ? `<table class="grid compact"><thead><tr><th>rank</th><th>node</th><th>GPUs</th></tr></thead><tbody>` +
       j.placement.map((p, r) => `<tr><td>${r}</td><td>${esc(p.node)}</td><td>${p.gpus.join(", ")}</td></tr>`).join("") +

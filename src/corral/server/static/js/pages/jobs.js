@@ -1,10 +1,10 @@
 // Jobs: a table filtered by state, queue and user, newest first, 50 rows a page. Live: a burst
 // of events about jobs costs one refetch of this page (debounced); rows still `starting` or
-// `stopping` are checked every 3 s (those changes have no event of their own).
+// `stopping` are checked again after 0.5, 1, 2, 4 s (those changes have no event of their own).
 
 import { api } from "../api.js";
 import { ago, badge, duration, errorBox, esc, JOB_STATES, num, queueColour, swatch } from "../format.js";
-import { debounce, every } from "../live.js";
+import { debounce, FollowUp } from "../live.js";
 
 const PAGE = 50;
 const NEWEST = Number.MAX_SAFE_INTEGER;
@@ -56,11 +56,14 @@ export function mount(el, app, where) {
       if (!alive) return;
       rows = jobs.slice(0, PAGE);
       render(el, rows, jobs.length > PAGE, cursors.length);
+      follow.check(rows.some((r) => r.state === "starting" || r.state === "stopping"));
     } catch (err) {
       if (alive) el.querySelector("#table").innerHTML = errorBox(err, "cannot list jobs");
     }
   };
-  const refetch = debounce(load, 700);
+  const refetch = debounce(load, 400);
+  // `starting` -> `running` has no event: look again soon, then less often
+  const follow = new FollowUp(load);
 
   const setFilters = () => {
     filters.state = form.state.value;
@@ -90,17 +93,17 @@ export function mount(el, app, where) {
   const offLive = app.live.on((events) => {
     const shown = new Set(rows.map((r) => r.id));
     const touches = events.some((e) => e.job && (cursors.length === 1 || shown.has(e.job)));
-    if (touches) refetch();
-  });
-  const stopTimer = every(3000, () => {
-    if (rows.some((r) => r.state === "starting" || r.state === "stopping")) load();
+    if (touches) {
+      follow.reset();
+      refetch();
+    }
   });
   load();
   return {
     unmount() {
       alive = false;
       offLive();
-      stopTimer();
+      follow.cancel();
       refetch.cancel();
     },
   };

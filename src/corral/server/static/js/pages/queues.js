@@ -74,16 +74,12 @@ export function mount(el, app, where) {
   };
 }
 
-function last(values) {
-  return values && values.length ? values[values.length - 1] : 0;
-}
-
 function table(el, queues, series) {
   if (!queues.length) {
     el.querySelector("#queue-table").innerHTML = `<p class="empty">No queue you may use.</p>`;
     return;
   }
-  const waiting = new Map(((series && series.queues) || []).map((q) => [q.name, last(q.pending)]));
+  const waiting = new Map(((series && series.queues) || []).map((q) => [q.name, q.pending_now]));
   const rows = queues
     .map((q) => {
       const cap = q.limit || Math.max(q.quota, q.allocated_gpus, 1);
@@ -103,7 +99,7 @@ function table(el, queues, series) {
         `<td class="share"><div class="pair"><span class="sbar" style="width:${(q.share / top) * 100}%;background:${queueColour(q.name)}"></span></div>` +
         `<div class="pair"><span class="sbar fair" style="width:${(q.fair_share / top) * 100}%"></span></div>` +
         `<span class="muted">${pct(q.share, 1)} of ${pct(q.fair_share, 1)}</span></td>` +
-        `<td class="num">${num(q.pending_jobs)}</td><td class="num">${num(waiting.get(q.name) || 0, 1)}</td></tr>`
+        `<td class="num">${num(q.pending_jobs)}</td><td class="num">${series ? num(waiting.get(q.name) || 0) : "…"}</td></tr>`
       );
     })
     .join("");
@@ -113,7 +109,7 @@ function table(el, queues, series) {
     `<th>use against quota ┃ and limit</th><th class="num">Borrowed</th><th>share of cluster / fair share</th>` +
     `<th class="num">Pending jobs</th><th class="num">GPUs waiting</th></tr></thead><tbody>${rows}</tbody></table>` +
     `<p class="note muted">Borrowed: GPUs in use above the guaranteed quota (lent by the cohort, reclaimable). ` +
-    `Fair share: the queue's weight over all weights. GPUs waiting: pending demand at the end of the chart's window.</p>`;
+    `Fair share: the queue's weight over all weights. GPUs waiting: the GPUs its pending jobs ask for.</p>`;
 }
 
 function charts(el, s) {

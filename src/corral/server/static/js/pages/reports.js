@@ -13,6 +13,7 @@ export function mount(el, app, where) {
 
 async function list(el, app) {
   el.innerHTML = `<div class="page-head"><h1>Simulation reports</h1></div><div id="reports"><p class="muted">Loading…</p></div>`;
+  const box = el.querySelector("#reports"); // kept: the page may change while we wait
   try {
     const { reports, folder } = await api("/v1/reports");
     const where = folder ? ` in <code>${esc(folder)}</code>` : "";
@@ -20,7 +21,7 @@ async function list(el, app) {
       `<p class="note muted">Reports are the HTML that <code>corral simulate … --report FOLDER/NAME</code> writes, ` +
       `read from the server's reports folder${where} (<code>corral server --reports-dir</code>).</p>`;
     if (!reports.length) {
-      el.querySelector("#reports").innerHTML = `<p class="empty">No reports yet.</p>${how}`;
+      box.innerHTML = `<p class="empty">No reports yet.</p>${how}`;
       return;
     }
     const rows = reports
@@ -30,23 +31,23 @@ async function list(el, app) {
           `<td>${esc(r.title)}</td><td>${clock(r.modified)}</td></tr>`,
       )
       .join("");
-    el.querySelector("#reports").innerHTML =
+    box.innerHTML =
       `<table class="grid"><thead><tr><th>Report</th><th>Title</th><th>Written</th></tr></thead><tbody>${rows}</tbody></table>${how}`;
   } catch (err) {
-    el.querySelector("#reports").innerHTML = errorBox(err, "cannot list reports");
+    box.innerHTML = errorBox(err, "cannot list reports");
   }
 }
 
 async function show(el, name) {
   el.innerHTML = `<div class="page-head"><h1><a href="#/reports" class="crumb">Reports</a> › ${esc(name)}</h1></div>
     <article id="report" class="report"><p class="muted">Loading the report…</p></article>`;
+  const out = el.querySelector("#report");
   try {
     const res = await api(`/v1/reports/${encodeURIComponent(name)}`, { raw: true });
     const doc = new DOMParser().parseFromString(await res.text(), "text/html");
-    const out = el.querySelector("#report");
     out.replaceChildren(...[...doc.body.childNodes].map(clean).filter(Boolean));
   } catch (err) {
-    el.querySelector("#report").innerHTML = errorBox(err, `report ${name}`);
+    out.innerHTML = errorBox(err, `report ${name}`);
   }
 }
 

@@ -63,7 +63,7 @@ function draw(el, s, app) {
   const cluster = share(s.cluster.allocated);
   const avg = mean(cluster);
   const peak = Math.max(0, ...cluster);
-  const now = cluster.length ? cluster[cluster.length - 1] : 0;
+  const now = gpus ? s.cluster.allocated_now / gpus : 0;
   el.querySelector("#figures").innerHTML =
     `<span>now <b>${pct(now, 1)}</b></span><span>average <b>${pct(avg, 1)}</b></span>` +
     `<span>peak <b>${pct(peak, 1)}</b></span><span>of <b>${num(gpus)}</b> GPUs</span>`;
