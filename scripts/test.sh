@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/torch.sh  # CPU PyTorch for the multi-host tests (tests/multihost)
 bash scripts/bwrap.sh  # bubblewrap: the agent binds jobs' mounts with it
+bash scripts/browser.sh  # Debian's Chromium for the dashboard's browser tests (tests/web)
 echo "== ruff"; .venv/bin/ruff check src tests bench
 echo "== ruff format"; .venv/bin/ruff format --check src tests bench
 echo "== mypy"; .venv/bin/mypy
