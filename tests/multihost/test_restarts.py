@@ -84,6 +84,9 @@ def test_kill_9_restarts_the_gang_from_its_checkpoint_then_fails(cluster: MultiH
         (e["event"], e.get("attempt"), e.get("exit_code"), e.get("rank")) for e in events(cluster, job_id)
     ]
     assert kinds[-1] == ("fail", 2, 137, 0), kinds
+    # the ending carries the last lines of the failing rank's log (`corral show` prints them)
+    tail = events(cluster, job_id)[-1].get("log_tail", "")
+    assert f"rank 0 of attempt 2: resuming after step {newest}" in tail, tail
     assert [k[0] for k in kinds].count("start") == 2
 
 

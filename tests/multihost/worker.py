@@ -112,6 +112,7 @@ def steps() -> None:
         done = json.loads((resume / "state.json").read_text())["step"]
         assert done == job.resume_step(), (done, job.resume_step())
     event("start", resume_step=done, resume_dir=str(resume) if resume else None)
+    print(f"rank {rank} of attempt {attempt}: resuming after step {done}", flush=True)  # its log
     with open(out / f"steps-{rank}.log", "a") as log:
         for step in range(done + 1, total + 1):
             time.sleep(step_s)  # one step of "work"
