@@ -55,7 +55,7 @@ def test_kill_9_restarts_the_gang_from_its_checkpoint_then_fails(cluster: MultiH
         lambda: [e for e in events(cluster, job_id) if e["event"] == "restart"], timeout=10, interval=0.05
     )[0]
     assert (restart["attempt"], restart["exit_code"], restart["rank"]) == (1, 137, 1), restart
-    assert restart["t"] - killed < 2.0
+    assert restart["t"] - killed < 5.0  # noticed at once (a busy 2-core machine: seconds, not 0.1)
     wait_for(lambda: not alive(pids[0]), timeout=10)
 
     # attempt 2 after the backoff, resuming from attempt 1's newest checkpoint
