@@ -89,6 +89,10 @@ class Server:
             str(self.port),
             *self.extra,
         ]
+        if not any(a.startswith("--lost-after") for a in self.extra):
+            # FakeAgents do not heartbeat: their nodes would be declared lost 30 s into a test.
+            # Tests of lost nodes pass their own --lost-after.
+            cmd += ["--lost-after", "900"]
         if self.cluster is not None:
             cmd += ["--cluster", str(self.cluster)]
         started = time.monotonic()

@@ -15,12 +15,15 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from corral.agent import fence, records
+from corral.agent.health import Health
 from corral.agent.launch import Worker, hostfile_lines, workers
 from corral.agent.logserver import LogServer
 from corral.agent.sandbox import Capabilities, Group, SetupError, check_mounts, preexec, user_of, wrap
@@ -31,6 +34,7 @@ log = logging.getLogger("corral.agent")
 KILL_AFTER = 5.0  # SIGTERM, then SIGKILL after this long, for the survivors of a failed rank
 POLL_WAIT = 30.0
 TICK = 0.05
+LEASE = 20.0  # seconds a heartbeat's lease lasts unless the server says otherwise
 CHECKPOINT_POLL = 1.0  # how often the agent looks for a newly recorded checkpoint
 TAIL_LINES = 20
 RECORD = "corral-checkpoint.json"  # written by corral.job.record_checkpoint
@@ -70,6 +74,34 @@ class Outcome:
     log_tail: str = ""
 
 
+class Rank:
+    """One rank's shim: a child of this agent (`popen`), or adopted from an earlier incarnation
+    (then its exit status comes from the file the shim writes)."""
+
+    def __init__(
+        self,
+        pid: int,
+        exit_file: Path,
+        popen: subprocess.Popen[bytes] | None = None,
+        start: int | None = None,
+    ) -> None:
+        self.pid, self.exit_file, self.popen, self.start = pid, exit_file, popen, start
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        if self.popen is not None:
+            self.returncode = self.popen.poll()
+            return self.returncode
+        with contextlib.suppress(OSError, ValueError):
+            self.returncode = int(self.exit_file.read_text().split()[0])
+            return self.returncode
+        if not records.alive(self.pid, self.start):
+            self.returncode = -signal.SIGKILL  # gone without a word: killed (the fence, an OOM kill)
+        return self.returncode
+
+
 def tail_of(path: Path, lines: int = TAIL_LINES, limit: int = 4000) -> str:
     """The last lines of a log, at most `limit` characters (undecodable bytes replaced)."""
     try:
@@ -96,7 +128,9 @@ class Attempt:
         self.grace = float(checkpoint.get("grace") or 30.0)
         limit = order.get("time_limit_s")
         self.time_limit = float(limit) if limit else None
-        self.procs: list[tuple[int, subprocess.Popen[bytes]]] = []
+        self.procs: list[tuple[int, Rank]] = []
+        self.adopted = False
+        self.launched = time.monotonic()  # the time limit counts from here (one clock per machine)
         self.group: Group | None = None
         self.checkpoints = agent.checkpoint_root / self.job
         self.logs = agent.data_dir / "logs" / self.job / f"attempt-{self.number}"
@@ -158,20 +192,23 @@ class Attempt:
         if account is not None:
             user_env = {"HOME": account.pw_dir, "USER": account.pw_name, "LOGNAME": account.pw_name}
         fds = self.group.entry_fds() if self.group is not None else []
+        as_user = ["--uid", str(account.pw_uid), "--gid", str(account.pw_gid)] if account is not None else []
         try:
             for w in todo:
                 logfile = self.logs / f"rank-{w.rank}.log"
+                exit_file = self.run_dir / f"rank-{w.rank}.exit"
+                argv = [sys.executable, "-m", "corral.agent.shim", str(exit_file), *as_user, "--"]
                 try:
                     with open(logfile, "ab") as out:
                         proc = subprocess.Popen(
-                            wrap(self.agent.caps, w.argv, mounts, cwd),
+                            argv + wrap(self.agent.caps, w.argv, mounts, cwd),
                             env={**os.environ, **user_env, **w.env},
                             stdin=subprocess.DEVNULL,
                             stdout=out,
                             stderr=subprocess.STDOUT,
                             start_new_session=True,
                             cwd=cwd,
-                            preexec_fn=preexec(fds, account) if fds or account else None,
+                            preexec_fn=preexec(fds, None) if fds else None,
                         )
                 except (OSError, subprocess.SubprocessError) as exc:
                     log.warning(
@@ -181,16 +218,41 @@ class Attempt:
                         out_text.write(f"corral agent: could not launch {w.argv!r}: {exc}\n")
                     self._kill_all(signal.SIGKILL)
                     for _, p in self.procs:
-                        p.wait()
+                        if p.popen is not None:
+                            p.popen.wait()
                     return Outcome(127, w.rank, "launch", f"rank {w.rank} did not launch: {exc}")
-                self.procs.append((w.rank, proc))
+                self.procs.append((w.rank, Rank(proc.pid, exit_file, proc, records.start_time(proc.pid))))
         finally:
             for fd in fds:
                 os.close(fd)
+            self._save()
         return None
 
+    def _save(self) -> None:
+        """The record the fence and a restarted agent read (DESIGN.md 6.1)."""
+        ranks = [{"rank": r, "pid": p.pid, "start": p.start} for r, p in self.procs]
+        cgroup = str(self.group.v2) if self.group is not None and self.group.v2 is not None else None
+        records.write_record(self.run_dir, self.order, ranks, cgroup, self.launched)
+        if self.procs:
+            fence.ensure(self.agent.data_dir)
+
+    @classmethod
+    def adopt(cls, agent: Agent, run_dir: Path, record: dict[str, Any]) -> Attempt:
+        """An attempt an earlier incarnation of the agent launched, found running (or ended)."""
+        run = cls(agent, record["order"])
+        run.adopted = True
+        run.launched = float(record.get("launched") or time.monotonic())
+        run.run_dir = run_dir
+        if record.get("cgroup"):
+            run.group = Group.existing(Path(record["cgroup"]))
+        run.procs = [
+            (int(r["rank"]), Rank(int(r["pid"]), run_dir / f"rank-{r['rank']}.exit", None, r.get("start")))
+            for r in record.get("ranks", [])
+        ]
+        return run
+
     # ---- supervising ----------------------------------------------------------------------
-    def _signal(self, proc: subprocess.Popen[bytes], sig: int) -> None:
+    def _signal(self, proc: Rank, sig: int) -> None:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, sig)
@@ -230,8 +292,12 @@ class Attempt:
             log.exception("supervising job %s attempt %s", self.job, self.number)
             self._kill_all(signal.SIGKILL)
             outcome = Outcome(1, None, "", "the agent failed while supervising the attempt")
+        fenced = self.run_dir / "fenced"
+        if outcome.code != 0 and fenced.exists():  # not the job's fault: a disruption, not a failure
+            why = fenced.read_text().strip() or "its lease expired"
+            outcome = Outcome(outcome.code, outcome.rank, "lost", f"killed on {self.agent.node}: {why}")
         self._clean_up()
-        self.agent.report(
+        delivered = self.agent.report(
             self.job,
             self.number,
             "exited",
@@ -241,6 +307,9 @@ class Attempt:
             message=outcome.message,
             log_tail=outcome.log_tail,
         )
+        if delivered:  # else the next incarnation of the agent reports it, from the shims' files
+            with contextlib.suppress(OSError):
+                (self.run_dir / records.ENDED).write_text(f"{outcome.code}\n")
         self.agent.forget(self)
 
     def _clean_up(self) -> None:
@@ -272,10 +341,13 @@ class Attempt:
         self.agent.report(self.job, self.number, "checkpoint", step=step, age_s=age)
 
     def _supervise(self) -> Outcome:
-        started = time.monotonic()
-        failed = self._launch()
-        if failed is not None:
-            return failed
+        started = self.launched
+        if self.adopted:
+            log.info("job %s attempt %s: adopted %d running ranks", self.job, self.number, len(self.procs))
+        else:
+            failed = self._launch()
+            if failed is not None:
+                return failed
         self.agent.report(self.job, self.number, "running")
         next_look = started + CHECKPOINT_POLL
         while True:
@@ -322,6 +394,7 @@ class Agent:
         default_user: str | None = None,
         logs_port: int = 0,
         nvml: Any = None,
+        fail_gpus: dict[str, str] | None = None,
     ) -> None:
         self.server = server
         self.poll_wait = poll_wait
@@ -329,7 +402,9 @@ class Agent:
         self.node = str(inventory["node"])
         self.data_dir = data_dir
         self.checkpoint_root = checkpoint_root or data_dir / "checkpoints"
+        data_dir.mkdir(parents=True, exist_ok=True)
         self.nvml = nvml  # corral.agent.nvml.Nvml when the GPUs came from NVML: samples at heartbeats
+        self.health = Health(data_dir, int(inventory.get("gpus") or 0), fail_gpus or {}, nvml)
         self.caps = Capabilities.detect(self.node, default_user)
         for note in self.caps.notes:
             log.warning("%s", note)
@@ -365,12 +440,51 @@ class Agent:
 
     # ---- the control plane ----------------------------------------------------------------
     def register(self) -> dict[str, Any]:
+        """Join (again): say which attempts run here and which GPUs are unhealthy; kill the workers
+        of attempts the server has ended, then join again clean (DESIGN.md 6.1)."""
         with self._register_lock:
-            out = self.api.register_agent(self.inventory)
+            with self._lock:
+                running = [{"job": j, "attempt": n} for j, n in self.attempts]
+            sent = time.monotonic()
+            body = {**self.inventory, "running": running, "unhealthy": self.health.unhealthy()}
+            out = self.api.register_agent(body)
             self.incarnation = int(out["incarnation"])
             self.interval = float(out.get("heartbeat_interval_s", 5.0))
-            log.info("node %s registered, incarnation %s", self.node, self.incarnation)
+            records.write_lease(self.data_dir, sent + float(out.get("lease_s", LEASE)))
+            log.info("node %s registered, incarnation %s (%s)", self.node, self.incarnation, out.get("state"))
+            stale = [tuple(x.split("/")) for x in out.get("stale") or []]
+            if stale:
+                threading.Thread(target=self._clean, args=(stale,), daemon=True).start()
             return dict(out)
+
+    def _clean(self, stale: list[tuple[str, ...]]) -> None:
+        """Kill what the server says has ended here, wait for it, and join again clean."""
+        with self._lock:
+            runs = [self.attempts.get((job, int(n))) for job, n in stale]
+        for run in runs:
+            if run is not None:
+                log.warning("job %s attempt %s has ended on the server: killing it", run.job, run.number)
+                run.request_stop(0.0, 0.0, "ended")
+        for run in runs:
+            if run is not None:
+                run.thread.join(KILL_AFTER * 3)
+        with contextlib.suppress(ClientError):
+            self.register()
+
+    def adopt_leftovers(self) -> list[Attempt]:
+        """Attempts an earlier incarnation launched and never reported ended: supervised again
+        (running ones keep running; ended ones are reported from their shims' exit files)."""
+        found = []
+        for run_dir, record in records.unended(self.data_dir):
+            try:
+                run = Attempt.adopt(self, run_dir, record)
+            except (KeyError, ValueError, TypeError) as exc:
+                log.warning("cannot read %s: %s", run_dir, exc)
+                continue
+            with self._lock:
+                self.attempts[(run.job, run.number)] = run
+            found.append(run)
+        return found
 
     def _heartbeats(self) -> None:
         while not self.stopping.wait(self.interval):
@@ -381,7 +495,11 @@ class Agent:
                         samples = self.nvml.sample()
                     except Exception as exc:  # a failing NVML must not stop the lease
                         log.warning("NVML sample: %s", exc)
-                self.api.heartbeat(self.node, self.incarnation, samples)
+                sent = time.monotonic()
+                out = self.api.heartbeat(self.node, self.incarnation, samples, self.health.unhealthy())
+                records.write_lease(self.data_dir, sent + float(out.get("lease_s", LEASE)))
+                if self.attempts:
+                    fence.ensure(self.data_dir)
             except ClientError as err:
                 if err.status in (404, 409):
                     with contextlib.suppress(ClientError):
@@ -397,7 +515,9 @@ class Agent:
         exit_code: int | None = None,
         rank: int | None = None,
         **more: Any,
-    ) -> None:
+    ) -> bool:
+        """Send one report; False when the server could not be reached before the agent stopped
+        (an `exited` report is retried until then: a lost exit would strand the job's GPUs)."""
         body = {
             "job": job,
             "attempt": attempt,
@@ -406,12 +526,14 @@ class Agent:
             "rank": rank,
             **{k: v for k, v in more.items() if v not in (None, "")},
         }
-        for _ in range(20):
+        tries = 0
+        while status == "exited" or tries < 20:
+            tries += 1
             try:
                 self.api.request(
                     "POST", f"/v1/agents/{self.node}/reports", body={"incarnation": self.incarnation, **body}
                 )
-                return
+                return True
             except ClientError as err:
                 if err.status == 409 and "incarnation" in err.message:
                     with contextlib.suppress(ClientError):
@@ -422,12 +544,13 @@ class Agent:
                         attempt_run = self.attempts.get((job, attempt))
                         if attempt_run is not None:
                             attempt_run.request_stop(0.0, 0.0, "ended")
-                    return
+                    return True
                 if not err.is_unreachable:
                     log.warning("report %s of %s/%s: %s", status, job, attempt, err.message)
-                    return
-            if self.stopping.wait(1.0):
-                return
+                    return True
+            if self.stopping.wait(min(5.0, float(tries))):
+                return False
+        return False
 
     # ---- orders ---------------------------------------------------------------------------
     def handle(self, orders: list[dict[str, Any]]) -> None:
@@ -469,6 +592,7 @@ class Agent:
     def run(self, on_registered: Any = None) -> None:
         """Register, then heartbeat and follow orders until `shutdown()`."""
         self.logs.start()
+        adopted = self.adopt_leftovers()
         while True:
             try:
                 joined = self.register()
@@ -476,6 +600,8 @@ class Agent:
             except ClientError as err:
                 if not err.is_unreachable or self.stopping.wait(1.0):
                     raise
+        for run in adopted:
+            run.thread.start()
         if on_registered is not None:
             on_registered(joined)
         beat = threading.Thread(target=self._heartbeats, name="corral-agent-heartbeat", daemon=True)
@@ -508,4 +634,6 @@ class Agent:
             with self._lock:
                 runs = list(self.attempts.values())
             for run in runs:
+                with contextlib.suppress(OSError):
+                    (run.run_dir / "fenced").write_text("the agent was stopped\n")
                 run._kill_all(signal.SIGKILL)

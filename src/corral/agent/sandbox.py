@@ -159,6 +159,14 @@ class Group:
             path.mkdir(exist_ok=True)
             self.paths.append(path)
 
+    @classmethod
+    def existing(cls, v2: Path) -> Group:
+        """The group of an attempt an earlier incarnation of the agent made (v2 only: enough to
+        kill it and to tell when it is empty)."""
+        group = cls.__new__(cls)
+        group.v2, group.paths = v2, [v2]
+        return group
+
     def limit(self, cpus: float, memory_bytes: int) -> None:
         """CPU (in CPUs) and memory limits for the whole attempt on this node; 0 means none."""
         for path in self.paths:

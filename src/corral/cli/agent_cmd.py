@@ -42,6 +42,13 @@ def agent(
     logs_port: Annotated[
         int, typer.Option(min=0, max=65535, help="port the agent serves worker logs on (0: any free port)")
     ] = 0,
+    fail_gpu: Annotated[
+        list[int] | None,
+        typer.Option(
+            help="declare this GPU index faulty (repeat; or list them in DATA_DIR/gpu-faults)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run this machine's node agent: it launches the workers it is sent (in cgroups where the
     machine allows) and serves their logs; Ctrl-C stops it and them."""
@@ -69,6 +76,7 @@ def agent(
             default_user=default_user,
             logs_port=logs_port,
             nvml=sampler,
+            fail_gpus={str(g): "declared faulty (--fail-gpu)" for g in fail_gpu or ()},
         )
     except ValueError as exc:
         fail(str(exc), "pass --server http://HOST:PORT")

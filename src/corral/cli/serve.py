@@ -43,6 +43,12 @@ def server(
         Path | None,
         typer.Option(help="simulation reports the dashboard lists (default: reports/ in the data directory)"),
     ] = None,
+    lost_after: Annotated[
+        float,
+        typer.Option(
+            min=0, help="seconds of agent silence before a node is lost and its jobs requeued (0: never)"
+        ),
+    ] = 30.0,
 ) -> None:
     """Run the control plane: the HTTP API (FastAPI on uvicorn) and the scheduler process."""
     from corral.server.main import ServerOptions, serve
@@ -63,6 +69,7 @@ def server(
             scheduler=not no_scheduler,
             durability=durability,
             reports_dir=reports_dir,
+            lost_after=lost_after,
         )
     )
 

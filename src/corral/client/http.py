@@ -150,10 +150,19 @@ class Client:
         out: JsonObject = self.request("POST", "/v1/agents/register", body=dict(inventory))
         return out
 
-    def heartbeat(self, node: str, incarnation: int, gpus: list[dict[str, Any]] | None = None) -> JsonObject:
+    def heartbeat(
+        self,
+        node: str,
+        incarnation: int,
+        gpus: list[dict[str, Any]] | None = None,
+        unhealthy: dict[str, str] | None = None,
+    ) -> JsonObject:
+        """Renew the node's lease; says its GPUs' NVML figures and which are unhealthy."""
         body: dict[str, Any] = {"incarnation": incarnation}
         if gpus is not None:
             body["gpus"] = gpus
+        if unhealthy is not None:
+            body["unhealthy"] = unhealthy
         out: JsonObject = self.request("POST", f"/v1/agents/{node}/heartbeat", body=body)
         return out
 

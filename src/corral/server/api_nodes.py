@@ -3,6 +3,8 @@ heartbeat, assignments by long poll from the outbox, status reports), under `/v1
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 from typing import Any
@@ -21,6 +23,7 @@ from corral.server.caller import ctx_of, require_admin, who_of
 from corral.server.cluster import cluster_event, node_spec_of, node_values
 from corral.server.context import Context
 from corral.server.errors import ApiError
+from corral.server.liveness import lease_for
 from corral.store import schema
 from corral.store.engine import dumps
 
@@ -160,41 +163,50 @@ def _drain_attempts(ctx: Context, conn: Connection, node: str, deadline: float, 
         .where(al.c.node == node, al.c.live == 1, a.c.state.in_(("starting", "running")))
         .distinct()
     ).all()
-    now = ctx.clock()
     for r in live:
         grace = json.loads(r.request)["checkpoint"]["grace"]
-        stop_at = now + deadline
-        conn.execute(
-            update(a)
-            .where(a.c.job_id == r.job_id, a.c.attempt == r.attempt, a.c.state.in_(("starting", "running")))
-            .values(
-                state="stopping", stop_kind="requeue", stop_by=f"drain of {node}", deadline=stop_at + grace
-            )
-        )
-        conn.execute(
-            update(j)
-            .where(j.c.id == r.job_id, j.c.attempt == r.attempt)
-            .values(state="stopping", version=j.c.version + 1)
-        )
-        for target in sorted({p["node"] for p in json.loads(r.placement)}):
-            conn.execute(
-                schema.outbox.insert().values(
-                    node=target,
-                    body=dumps(
-                        {
-                            "kind": "stop",
-                            "job": r.job_id,
-                            "attempt": r.attempt,
-                            "grace": grace,
-                            "signal_in": deadline,
-                            "why": "drain",
-                        }
-                    ),
-                )
-            )
-        ctx.journal(
-            conn, [{"event": "x.stop", "job": r.job_id, "attempt": r.attempt, "deadline": stop_at + grace}]
-        )
+        requeue_attempt(ctx, conn, r.job_id, r.attempt, json.loads(r.placement), grace, deadline, by, "drain")
+
+
+def requeue_attempt(
+    ctx: Context,
+    conn: Connection,
+    job: str,
+    attempt: int,
+    placement: list[dict[str, Any]],
+    grace: float,
+    signal_in: float,
+    by: str,
+    why: str,
+) -> bool:
+    """Stop a live attempt by the checkpoint contract (the signal in `signal_in` s, the grace, a
+    kill) and put its job back in its queue: a disruption, not a failure. False if it was not live."""
+    a, j = schema.attempts, schema.jobs
+    stop_at = ctx.clock() + signal_in
+    changed = conn.execute(
+        update(a)
+        .where(a.c.job_id == job, a.c.attempt == attempt, a.c.state.in_(("starting", "running")))
+        .values(state="stopping", stop_kind="requeue", stop_by=by, deadline=stop_at + grace)
+    ).rowcount
+    if changed != 1:
+        return False
+    conn.execute(
+        update(j)
+        .where(j.c.id == job, j.c.attempt == attempt)
+        .values(state="stopping", version=j.c.version + 1)
+    )
+    order = {
+        "kind": "stop",
+        "job": job,
+        "attempt": attempt,
+        "grace": grace,
+        "signal_in": signal_in,
+        "why": why,
+    }
+    for target in sorted({p["node"] for p in placement}):
+        conn.execute(schema.outbox.insert().values(node=target, body=dumps(order)))
+    ctx.journal(conn, [{"event": "x.stop", "job": job, "attempt": attempt, "deadline": stop_at + grace}])
+    return True
 
 
 class NodeChange(BaseModel):
@@ -228,6 +240,18 @@ class Registration(BaseModel):
     address: str = ""
     network: dict[str, Any] = Field(default_factory=dict)
     logs_url: str = Field("", max_length=300, description="where the agent serves worker logs")
+    running: list[LocalAttempt] = Field(
+        default_factory=list, description="attempts whose workers run on the node now (a restarted agent's)"
+    )
+    unhealthy: dict[str, str] = Field(default_factory=dict, description="GPU index -> why it is unhealthy")
+
+
+class LocalAttempt(BaseModel):
+    job: str
+    attempt: int = Field(ge=1)
+
+
+Registration.model_rebuild()
 
 
 def _agent(who: Principal, node: str, *, registering: bool = False) -> None:
@@ -312,16 +336,63 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
         if row["state"] in ("cordoned", "draining") and state is NodeState.UP:
             state, reason = NodeState(row["state"]), row["reason"]
         conn.execute(update(n).where(n.c.name == reg.node).values(state=state.value, reason=reason, **values))
+    live, stale = _reconcile(ctx, conn, reg)
+    if stale:  # DESIGN.md 6.1: readmitted only clean
+        state = NodeState.LOST
+        reason = "unclean: workers of ended attempts still run here (" + ", ".join(stale[:5]) + ")"
+        conn.execute(update(n).where(n.c.name == reg.node).values(state=state.value, reason=reason))
     ctx.journal(
         conn, [{"event": "x.node", "node": reg.node, "state": state.value, "incarnation": incarnation}]
     )
+    if reg.unhealthy or (row is not None and row["unhealthy"] not in ("", "{}")):
+        from corral.server.liveness import apply_gpu_health
+
+        apply_gpu_health(ctx, conn, reg.node, reg.unhealthy)
     return {
         "node": reg.node,
         "incarnation": incarnation,
+        "live": live,
+        "stale": stale,
         "state": state.value,
         "reason": reason,
         "heartbeat_interval_s": HEARTBEAT_INTERVAL,
     }
+
+
+def _reconcile(ctx: Context, conn: Connection, reg: Registration) -> tuple[list[dict[str, Any]], list[str]]:
+    """The node's live attempts as the server knows them, against what the agent runs. Attempts
+    the agent no longer runs (a reboot, a crash with the fence's kill) end as `lost`; workers of
+    attempts that have ended must be killed before the node takes work again (`stale`)."""
+    a = schema.attempts
+    rows = conn.execute(select(a.c.job_id, a.c.attempt, a.c.placement).where(a.c.state != "ended")).all()
+    live = [
+        {"job": r.job_id, "attempt": r.attempt}
+        for r in rows
+        if reg.node in {p["node"] for p in json.loads(r.placement)}
+    ]
+    running = {(x.job, x.attempt) for x in reg.running}
+    gone = [x for x in live if (x["job"], x["attempt"]) not in running]
+    if gone:
+        message = f"node {reg.node} came back without the workers"
+        ctx.journal(
+            conn,
+            [
+                {
+                    "event": "x.exit",
+                    "job": x["job"],
+                    "attempt": x["attempt"],
+                    "node": reg.node,
+                    "why": "lost",
+                    "exit_code": None,
+                    "rank": None,
+                    "message": message,
+                }
+                for x in gone
+            ],
+        )
+    known = {(x["job"], x["attempt"]) for x in live}
+    stale = [f"{job}/{attempt}" for job, attempt in sorted(running - known)]
+    return [x for x in live if (x["job"], x["attempt"]) in running], stale
 
 
 @router.post("/agents/register", tags=["agents"])
@@ -332,6 +403,9 @@ async def register(request: Request, reg: Registration) -> Response:
     out = await ctx.write(lambda conn: _register(ctx, who, reg, conn))
     ctx.incarnations[reg.node] = out["incarnation"]
     ctx.heartbeats[reg.node] = time.monotonic()
+    ctx.gpu_health[reg.node] = dict(reg.unhealthy)
+    if out["state"] != "lost":
+        ctx.lost.discard(reg.node)
     ctx.invalidate_model()
     return json_response(out)
 
@@ -347,6 +421,7 @@ class GpuSample(BaseModel):
 class Heartbeat(BaseModel):
     incarnation: int
     gpus: list[GpuSample] | None = Field(None, max_length=64, description="NVML samples, where present")
+    unhealthy: dict[str, str] | None = Field(None, description="GPU index -> why it is unhealthy")
 
 
 def _incarnation(ctx: Context, node: str, incarnation: int) -> None:
@@ -372,6 +447,10 @@ async def heartbeat(request: Request, node: str, beat: Heartbeat) -> Response:
     """Kept in memory only (DESIGN.md 6.4); answers with the lease the agent may assume."""
     ctx, who = ctx_of(request), who_of(request)
     _agent(who, node)
+    if node in ctx.lost:
+        raise ApiError(
+            409, f"node {node} was declared lost (silent too long)", fix="the agent must register again"
+        )
     if node in ctx.incarnations:
         _incarnation(ctx, node, beat.incarnation)
     else:
@@ -379,7 +458,14 @@ async def heartbeat(request: Request, node: str, beat: Heartbeat) -> Response:
     ctx.heartbeats[node] = time.monotonic()
     if beat.gpus is not None:
         ctx.gpu_samples[node] = [g.model_dump() for g in beat.gpus]
-    return json_response({"ok": True, "lease_s": 20.0})
+    if beat.unhealthy is not None and beat.unhealthy != ctx.gpu_health.get(node, {}):
+        from corral.server.liveness import apply_gpu_health
+
+        bad = dict(beat.unhealthy)
+        await ctx.write(lambda conn: apply_gpu_health(ctx, conn, node, bad))
+        ctx.gpu_health[node] = bad
+        ctx.invalidate_model()
+    return json_response({"ok": True, "lease_s": lease_for(ctx)})
 
 
 def _assignments(ctx: Context, node: str, after: int) -> list[dict[str, Any]]:
@@ -395,17 +481,26 @@ def _assignments(ctx: Context, node: str, after: int) -> list[dict[str, Any]]:
 async def assignments(
     request: Request, node: str, after: int = Query(0, ge=0), wait: float = Query(0.0, ge=0, le=60)
 ) -> Response:
-    """Start and stop orders for the node after `after`; waits up to `wait` s for one (long poll)."""
+    """Start and stop orders for the node after `after`; waits up to `wait` s for one (long poll).
+    The table is read only when the outbox cursor (`Context.outbox`) has an order for this node
+    after `after`, so thousands of waiting polls cost nothing per commit but their own node's."""
     ctx, who = ctx_of(request), who_of(request)
     _agent(who, node)
+    outbox = ctx.outbox
     deadline = time.monotonic() + wait
     while True:
-        mark = ctx.notifier.mark()  # a start committed while we read must not wait for the timeout
-        orders = await run_in_threadpool(_assignments, ctx, node, after)
+        woken = outbox.mark(node)  # an order seen while we read must not wait for the timeout
         left = deadline - time.monotonic()
-        if orders or left <= 0:
-            return json_response({"orders": orders})
-        await ctx.notifier.wait(left, mark)
+        # a poll that does not wait (or, on PostgreSQL, one at its deadline) reads the table anyway
+        if outbox.has_after(node, after) or (left <= 0 and (wait == 0 or not outbox.exact)):
+            orders = await run_in_threadpool(_assignments, ctx, node, after)
+            left = deadline - time.monotonic()
+            if orders or left <= 0:
+                return json_response({"orders": orders})
+        elif left <= 0:
+            return json_response({"orders": []})
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(woken.wait(), left)
 
 
 class Report(BaseModel):

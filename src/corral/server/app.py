@@ -115,9 +115,14 @@ def create_app(ctx: Context) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
+        from corral.server.liveness import Liveness
+
         ctx.notifier.bind(asyncio.get_running_loop())
         ctx.start()
+        liveness = Liveness(ctx)  # declares silent nodes lost
+        liveness.start()
         yield
+        liveness.close()
         ctx.close()
 
     app = FastAPI(

@@ -334,6 +334,8 @@ def ending_of(
         return Ending("cancel", "cancelled", f"cancelled by {stop_by or 'a user'}", exit_code, rank)
     if stop_kind == "time_limit" or why == "time_limit":
         return Ending("fail", "failed", "time_limit", exit_code, rank, log_tail=tail)
+    if why == "lost":  # the node came back without the workers: a disruption, not a failure
+        return Ending("lost", "pending", message or "node lost", exit_code, rank)
     if why == "setup":
         return Ending("fail", "failed", message or "the attempt could not be set up", exit_code, rank)
     if exit_code == 0:

@@ -1,16 +1,18 @@
 """What the API process holds: engines, the group-commit writer, tokens, the cluster view,
-heartbeats (in memory, DESIGN.md 6.4), and the notifier behind long polls."""
+heartbeats (in memory, DESIGN.md 6.4), the notifier behind long polls, and the outbox cursor
+behind the agents' long polls."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection, Engine, func, insert, select
 
 from corral.core.state import ClusterState
 from corral.server.auth import TokenCache
@@ -22,6 +24,7 @@ from corral.store.engine import Engines, append_events
 from corral.store.writer import Many, Writer
 
 T = TypeVar("T")
+log = logging.getLogger("corral.server")
 
 
 class Notifier:
@@ -30,6 +33,7 @@ class Notifier:
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.event: asyncio.Event | None = None
+        self.listeners: list[Callable[[], None]] = []  # called on the loop at every wake
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -39,6 +43,8 @@ class Notifier:
         if self.event is not None:
             self.event.set()
             self.event = asyncio.Event()
+        for listener in self.listeners:
+            listener()
 
     def notify(self) -> None:
         """Thread-safe."""
@@ -57,6 +63,93 @@ class Notifier:
             await asyncio.wait_for(event.wait(), timeout)
 
 
+class OutboxCursor:
+    """The newest order of each node in the outbox, in memory. An agent's long poll reads the
+    table only when its node has an order after the poll's cursor, and a commit costs one query
+    (the newest order per node among the rows since the last read) instead of one per waiting
+    poll: with 10,000 agents waiting, each commit used to wake 10,000 queries."""
+
+    PERIOD = 1.0  # seconds between reads without a commit (a lost doorbell ring costs at most this)
+
+    def __init__(self, reader: Engine, exact: bool) -> None:
+        self.reader = reader
+        # SQLite commits outbox rows in seq order, so a read past seq N never misses a smaller
+        # seq committed later; PostgreSQL may (sequence values are taken before the commit
+        # order is), so there a long poll also reads its rows once more at its deadline
+        self.exact = exact
+        self.newest: dict[str, int] = {}
+        self.seen = -1  # the largest seq read so far; -1 before the first read
+        self.waiters: dict[str, asyncio.Event] = {}  # node -> set when an order for it appears
+        self._busy = False
+        self._again = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def has_after(self, node: str, after: int) -> bool:
+        """False only when the outbox holds no order for `node` after seq `after`, as last read."""
+        return self.seen < 0 or self.newest.get(node, 0) > after
+
+    def mark(self, node: str) -> asyncio.Event:
+        """Take before reading: it is set when an order for `node` is seen after that."""
+        if not self._tasks:  # the first poll starts the periodic read, on the server's loop
+            self._spawn(self._tick())
+            self.poke()
+        event = self.waiters.get(node)
+        if event is None:
+            event = self.waiters[node] = asyncio.Event()
+        return event
+
+    def poke(self) -> None:
+        """Something was committed: read the new rows (one read at a time; pokes meanwhile coalesce)."""
+        if self._busy:
+            self._again = True
+        else:
+            self._busy = True
+            self._spawn(self._refresh())
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.PERIOD)
+            if self.waiters:
+                self.poke()
+
+    async def _refresh(self) -> None:
+        try:
+            while True:
+                self._again = False
+                try:
+                    rows = await asyncio.to_thread(self._read, self.seen)
+                except Exception:  # the next poke or tick reads again; polls still end at their deadline
+                    log.exception("reading the outbox")
+                    return
+                for node, seq in rows:
+                    self.seen = max(self.seen, seq)
+                    if seq > self.newest.get(node, 0):
+                        self.newest[node] = seq
+                        event = self.waiters.pop(node, None)
+                        if event is not None:
+                            event.set()
+                self.seen = max(self.seen, 0)
+                if not self._again:
+                    return
+        finally:
+            self._busy = False
+
+    def _read(self, after: int) -> list[tuple[str, int]]:
+        o = schema.outbox
+        with self.reader.connect() as conn:
+            rows = conn.execute(select(o.c.node, func.max(o.c.seq)).where(o.c.seq > after).group_by(o.c.node))
+            return [(str(node), int(seq)) for node, seq in rows]
+
+    def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+
 def _insert_audit(conn: Connection, rows: Sequence[dict[str, Any]]) -> list[None]:
     conn.execute(insert(schema.audit), list(rows))
     return [None] * len(rows)
@@ -64,12 +157,19 @@ def _insert_audit(conn: Connection, rows: Sequence[dict[str, Any]]) -> list[None
 
 class Context:
     def __init__(
-        self, engines: Engines, *, allow_dynamic_nodes: bool = False, clock: Callable[[], float] = time.time
+        self,
+        engines: Engines,
+        *,
+        allow_dynamic_nodes: bool = False,
+        clock: Callable[[], float] = time.time,
+        lost_after: float = 30.0,
     ) -> None:
         self.engines = engines
         self.clock = clock  # scheduling time: submit times, stop deadlines, events' `t`
         self.allow_dynamic_nodes = allow_dynamic_nodes
         self.notifier = Notifier()
+        self.outbox = OutboxCursor(engines.reader, exact=engines.is_sqlite)
+        self.notifier.listeners.append(self.outbox.poke)
         self.scheduler_bell = Bell("scheduler", engines.reader)
         self.writer = Writer(engines, after_commit=self._after_commit)
         self.tokens = TokenCache(engines.reader)
@@ -81,6 +181,10 @@ class Context:
         # node -> its GPUs' last utilisation and memory samples (NVML nodes only), from heartbeats
         self.gpu_samples: dict[str, list[dict[str, Any]]] = {}
         self.started = time.monotonic()
+        self.lost_after = lost_after  # seconds of silence before a node is lost (0: never)
+        self.lost: set[str] = set()  # nodes declared lost whose agents have not registered again
+        self.maintenance = 0.0  # Unix time planned maintenance ends (0: none)
+        self.gpu_health: dict[str, dict[str, str]] = {}  # node -> unhealthy GPUs as last written
         self._model_lock = threading.Lock()
         self._model: tuple[ClusterModel, ClusterState] | None = None
         self.doorbell = Doorbell("api")
@@ -96,6 +200,7 @@ class Context:
 
     def close(self) -> None:
         self._stop.set()
+        self.outbox.close()
         self.writer.close()
         self.doorbell.close()
         self.engines.dispose()

@@ -39,6 +39,7 @@ class ServerOptions:
     durability: str = "normal"
     log_level: str = "warning"
     reports_dir: Path | None = None  # simulation reports the dashboard lists (default: data_dir/reports)
+    lost_after: float = 30.0  # seconds of silence before a node is lost (0: never)
 
 
 def is_loopback(host: str) -> bool:
@@ -188,7 +189,7 @@ def serve(opts: ServerOptions) -> None:
     from corral.server.context import Context
 
     scheduler = Supervisor(opts, dict(os.environ)) if opts.scheduler else None
-    ctx = Context(engines, allow_dynamic_nodes=opts.allow_dynamic_nodes)
+    ctx = Context(engines, allow_dynamic_nodes=opts.allow_dynamic_nodes, lost_after=opts.lost_after)
     app = create_app(ctx)
     app.state.reports_dir = opts.reports_dir or opts.data_dir / "reports"
     config = uvicorn.Config(

@@ -283,7 +283,10 @@ class Scheduler:
                 if job_id is not None and state.running[job_id].attempt == body["attempt"]:
                     state.record_checkpoint(job_id, float(body["at"]))
             elif kind == "x.node":
-                reload = reload or self._node_changed(json.loads(r.body))
+                body = json.loads(r.body)
+                reload = reload or self._node_changed(body)
+                if body.get("ends_attempts") and not reload:
+                    self._lose_attempts_on(str(body["node"]), str(body.get("reason", "")), endings)
             elif kind == "cluster":
                 reload = reload or json.loads(r.body).get("revision") != self.revision
             elif kind in ("x.pause", "x.resume"):
@@ -294,6 +297,25 @@ class Scheduler:
                 # that each believes the other holds
                 reload = True
         return reload
+
+    def _lose_attempts_on(self, node: str, reason: str, endings: list[tuple[str, int, Ending]]) -> None:
+        """A lost node's attempts end as `lost` and are requeued (their other nodes are told to stop)."""
+        state = self.state
+        assert state is not None
+        where = state.node_ids.get(NodeName(node))
+        if where is None:
+            return
+        hit = [
+            (job_id, attempt.attempt)
+            for job_id, attempt in state.running.items()
+            if any(n == where for n, _ in attempt.placement)
+        ]
+        for job_id, number in hit:
+            ending = Ending(
+                "lost", "pending", f"node {node} lost: {reason}" if reason else f"node {node} lost"
+            )
+            endings.append((str(job_id), number, ending))
+            self._end_in_memory(str(job_id), number, ending)
 
     def _end_in_memory(self, job_id: str, attempt: int, ending: Ending) -> None:
         state = self.state

@@ -1,0 +1,174 @@
+"""Which nodes are alive (DESIGN.md 5, 6.1): silence measured on the API's monotonic clock from
+heartbeat receive times, a fresh 30 s for every node after a server start, planned maintenance.
+
+A registered node that is `up`, `cordoned` or `draining` and silent for `LOST_AFTER` seconds is
+marked `lost` (an `x.node` journal entry); the scheduler then ends its attempts as `lost` and
+requeues them (they resume from their newest checkpoint). The node's agent, when it comes back,
+is refused until it registers again, and is readmitted only clean (see `api_nodes._register`).
+
+`corral admin maintenance --for 10m` stores when maintenance ends; until then heartbeats grant
+leases that last past it (so fences keep workers alive through a planned control-plane outage),
+and no node is declared lost until `LOST_AFTER` after it ends.
+
+GPU health: the agent's heartbeat says which GPUs are unhealthy; a change is written to the node
+row (the scheduler allocates none of them), the node is drained with the reason, and each
+attempt on a newly unhealthy GPU is stopped by the checkpoint contract and requeued (a
+disruption, which does not count against `max_restarts`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from sqlalchemy import Connection, select, update
+
+from corral.server.cluster import get_setting, put_setting
+from corral.server.context import Context
+from corral.store import schema
+from corral.store.engine import dumps
+
+log = logging.getLogger("corral.server")
+
+LOST_AFTER = 30.0
+LEASE = 20.0
+CHECK_EVERY = 1.0
+WATCHED = ("up", "cordoned", "draining")
+MAINTENANCE_KEY = "maintenance.until"
+
+
+def maintenance_until(ctx: Context) -> float:
+    """Unix time planned maintenance ends (0: none), cached in the context."""
+    return ctx.maintenance
+
+
+def lease_for(ctx: Context) -> float:
+    """Seconds of lease a heartbeat grants now: two thirds of the time before a node is lost (20 of
+    30 s), so a cut-off node's workers are dead before their work runs elsewhere; through the end
+    of planned maintenance when there is one."""
+    lease = ctx.lost_after * 2 / 3 if ctx.lost_after else LEASE
+    return max(lease, maintenance_until(ctx) - time.time() + lease)
+
+
+def set_maintenance(ctx: Context, conn: Connection, seconds: float) -> float:
+    until = time.time() + seconds if seconds > 0 else 0.0
+    put_setting(conn, MAINTENANCE_KEY, repr(until))
+    ctx.maintenance = until
+    return until
+
+
+def load_maintenance(ctx: Context) -> None:
+    with ctx.engines.reader.connect() as conn:
+        ctx.maintenance = float(get_setting(conn, MAINTENANCE_KEY, "0") or 0.0)
+
+
+def _mark_lost(ctx: Context, conn: Connection, names: list[str], silence: dict[str, float]) -> list[str]:
+    n = schema.nodes
+    lost = []
+    for name in names:
+        reason = f"no heartbeat for {silence[name]:.0f} s (lost after {ctx.lost_after:.0f} s)"
+        changed = conn.execute(
+            update(n)
+            .where(n.c.name == name, n.c.registered.is_(True), n.c.state.in_(WATCHED))
+            .values(state="lost", reason=reason, updated_at=time.time())
+        ).rowcount
+        if changed:
+            lost.append(name)
+            entry = {"event": "x.node", "node": name, "state": "lost", "reason": reason}
+            ctx.journal(conn, [{**entry, "ends_attempts": True}])
+    return lost
+
+
+class Liveness:
+    """A thread of the API process that declares silent nodes lost."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="corral-liveness", daemon=True)
+
+    def start(self) -> None:
+        load_maintenance(self.ctx)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+
+    def _run(self) -> None:
+        while not self.stop.wait(CHECK_EVERY):
+            try:
+                self.check()
+            except Exception:  # the next round tries again; a dead thread would lose nodes silently
+                log.exception("liveness check")
+
+    def check(self) -> list[str]:
+        """Mark silent nodes lost; returns their names."""
+        ctx = self.ctx
+        now = time.monotonic()
+        quiet_until = maintenance_until(ctx)
+        after = ctx.lost_after
+        if not after or (quiet_until and time.time() < quiet_until + after):
+            return []
+        n = schema.nodes
+        with ctx.engines.reader.connect() as conn:
+            watched = (
+                conn.execute(select(n.c.name).where(n.c.registered.is_(True), n.c.state.in_(WATCHED)))
+                .scalars()
+                .all()
+            )
+        silence = {name: now - ctx.heartbeats.get(name, ctx.started) for name in watched}
+        silent = [name for name, quiet in silence.items() if quiet > after]
+        if not silent:
+            return []
+        lost = ctx.writer.submit(lambda conn: _mark_lost(ctx, conn, silent, silence)).result()
+        for name in lost:
+            ctx.lost.add(name)
+            ctx.incarnations.pop(name, None)
+            log.warning("node %s lost: no heartbeat for %.0f s", name, silence[name])
+        if lost:
+            ctx.invalidate_model()
+        return list(lost)
+
+
+def apply_gpu_health(
+    ctx: Context, conn: Connection, node: str, unhealthy: dict[str, str]
+) -> dict[str, Any] | None:
+    """Write a node's changed GPU health: drain it with the reason, and stop each attempt on a newly
+    unhealthy GPU so that it is requeued. None when nothing changed."""
+    from corral.server.api_nodes import requeue_attempt
+
+    n, al, a, j = schema.nodes, schema.allocations, schema.attempts, schema.jobs
+    row = conn.execute(select(n.c.unhealthy, n.c.state, n.c.reason).where(n.c.name == node)).first()
+    if row is None:
+        return None
+    before: dict[str, str] = json.loads(row.unhealthy or "{}")
+    if before == unhealthy:
+        return None
+    values: dict[str, Any] = {"unhealthy": dumps(unhealthy), "updated_at": time.time()}
+    new = sorted(set(unhealthy) - set(before), key=int)
+    if new and row.state == "up":
+        first = new[0]
+        values.update(state="draining", reason=f"GPU {first} unhealthy: {unhealthy[first]}")
+    conn.execute(update(n).where(n.c.name == node).values(**values))
+    stopped = []
+    if new:
+        hit = conn.execute(
+            select(a.c.job_id, a.c.attempt, a.c.placement, j.c.request)
+            .join(al, (al.c.job_id == a.c.job_id) & (al.c.attempt == a.c.attempt))
+            .join(j, j.c.id == a.c.job_id)
+            .where(al.c.node == node, al.c.live == 1, al.c.gpu.in_([int(g) for g in new]))
+            .distinct()
+        ).all()
+        by = f"unhealthy GPU {node}:{','.join(new)}"
+        for r in hit:
+            grace = json.loads(r.request)["checkpoint"]["grace"]
+            if requeue_attempt(
+                ctx, conn, r.job_id, r.attempt, json.loads(r.placement), grace, 0.0, by, "gpu"
+            ):
+                stopped.append(r.job_id)
+    state = values.get("state", row.state)
+    ctx.journal(conn, [{"event": "x.node", "node": node, "state": state, "unhealthy": unhealthy}])
+    return {"unhealthy": unhealthy, "stopped": stopped, "state": state}
