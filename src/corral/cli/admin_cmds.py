@@ -1,4 +1,4 @@
-"""`corral admin pause|resume|policy|backup|restore`: the control plane's operations (admins)."""
+"""`corral admin pause|resume|maintenance|policy|backup|restore`: the control plane's operations (admins)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import typer
 
 from corral.cli.main import app
 from corral.cli.ops_cmds import PANEL
-from corral.cli.remote import JsonOpt, ServerOpt, TokenOpt, connect, fail, print_json, seconds_text
+from corral.cli.remote import JsonOpt, ServerOpt, TokenOpt, connect, fail, print_json, seconds_text, when
 
 # ---- admin verbs -------------------------------------------------------------------------------
 admin_app = typer.Typer(help="Control-plane operations (admins).", no_args_is_help=True)
@@ -27,6 +27,37 @@ def pause(
         print_json(out)
     else:
         typer.echo("scheduling paused (`corral admin resume` to go on)")
+
+
+@admin_app.command()
+def maintenance(
+    ctx: typer.Context,
+    for_: Annotated[
+        str, typer.Option("--for", help="how long the control plane may be away: 10m, 1h (0 ends it)")
+    ],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Before a planned control-plane outage: agents' leases last through it (their fences keep the
+    workers alive) and no node is declared lost until it is over."""
+    from corral.config.durations import parse_duration
+
+    try:
+        seconds = 0.0 if for_.strip() == "0" else parse_duration(for_)
+    except ValueError as exc:
+        fail(f"--for {for_!r}: {exc}", "write a duration with units, such as 10m or 1h")
+    with connect(ctx, server, token) as corral:
+        out = corral.maintenance(seconds)
+    if as_json:
+        print_json(out)
+    elif out.get("maintenance_until"):
+        typer.echo(
+            f"maintenance until {when(out['maintenance_until'])}: restart the control plane within it; "
+            "agents renew their leases at their next heartbeat"
+        )
+    else:
+        typer.echo("maintenance over: nodes silent for 30 s are lost again")
 
 
 @admin_app.command()

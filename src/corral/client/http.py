@@ -331,6 +331,11 @@ class Client:
         out: JsonObject = self.request("POST", "/v1/admin/resume")
         return out
 
+    def maintenance(self, seconds: float) -> JsonObject:
+        """Extend every node's lease through a planned control-plane outage of `seconds` (0 ends it)."""
+        out: JsonObject = self.request("POST", "/v1/admin/maintenance", body={"seconds": seconds})
+        return out
+
     def backup(self, path: str) -> JsonObject:
         """An online copy of the database to `path` on the server's machine."""
         out: JsonObject = self.request("POST", "/v1/admin/backup", body={"path": path})

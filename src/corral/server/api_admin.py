@@ -327,11 +327,14 @@ def _pause(ctx: Context, paused: bool, who: Principal, conn: Connection) -> dict
 
 @router.post("/admin/{verb}", tags=["admin"])
 async def admin_verb(request: Request, verb: str, body: dict[str, Any] | None = Body(None)) -> Response:
-    """`pause` (decisions frozen, running jobs untouched), `resume`, `backup` (`{"path": ...}`)."""
+    """`pause` (decisions frozen, running jobs untouched), `resume`, `maintenance`
+    (`{"seconds": 600}`: leases extended for a planned outage; 0 ends it), `backup` (`{"path": ...}`)."""
     ctx, who = ctx_of(request), who_of(request)
     require_admin(who, verb)
     if verb in ("pause", "resume"):
         return json_response(await ctx.write(lambda conn: _pause(ctx, verb == "pause", who, conn)))
+    if verb == "maintenance":
+        return json_response(await ctx.write(lambda conn: _maintenance(ctx, who, body or {}, conn)))
     if verb == "backup":
         from corral.server.backup import backup
 
@@ -341,7 +344,23 @@ async def admin_verb(request: Request, verb: str, body: dict[str, Any] | None = 
                 422, "backup needs a path on the server", fix='send {"path": "/var/backups/corral.db"}'
             )
         return json_response(await run_in_threadpool(backup, ctx.engines, path))
-    raise ApiError(404, f"no admin verb {verb!r}", fix="use pause, resume or backup")
+    raise ApiError(404, f"no admin verb {verb!r}", fix="use pause, resume, maintenance or backup")
+
+
+def _maintenance(ctx: Context, who: Principal, body: dict[str, Any], conn: Connection) -> dict[str, Any]:
+    """Planned control-plane outage: leases last past its end, and no node is lost before then."""
+    from corral.server.liveness import set_maintenance
+
+    seconds = body.get("seconds")
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not 0 <= seconds <= 86400:
+        raise ApiError(
+            422,
+            "maintenance needs `seconds`: how long the control plane may be away (0 ends it), at most a day",
+            fix='send {"seconds": 600}',
+        )
+    until = set_maintenance(ctx, conn, float(seconds))
+    ctx.journal(conn, [{"event": "x.maintenance", "by": who.name, "until": until}])
+    return {"maintenance_until": until or None}
 
 
 def _usage(ctx: Context, who: Principal, since: float) -> list[dict[str, Any]]:
