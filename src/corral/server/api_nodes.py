@@ -355,7 +355,9 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
         "stale": stale,
         "state": state.value,
         "reason": reason,
-        "heartbeat_interval_s": HEARTBEAT_INTERVAL,
+        # several heartbeats per lease, so one lost request does not let the fence kill the workers
+        "heartbeat_interval_s": min(HEARTBEAT_INTERVAL, lease_for(ctx) / 4),
+        "lease_s": lease_for(ctx),
     }
 
 

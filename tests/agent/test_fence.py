@@ -1,0 +1,129 @@
+"""An agent killed with -9: restarted in time it adopts its workers (they never stopped); gone
+longer than its lease, its fence kills them and the job runs again once (DESIGN.md 6.1).
+
+The server runs with `--lost-after 6`, so leases last 4 s; the defaults (30 s, 20 s) behave the
+same, only slower (tests/multihost covers them across hosts)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent.conftest import AgentProcess
+from tests.agent.test_agent import events, job, state_is
+from tests.server.conftest import LAB
+from tests.server.harness import Server, wait_for
+
+LOST_AFTER = 6.0
+LEASE = LOST_AFTER * 2 / 3
+STEPS = (
+    "import os, sys, time; from pathlib import Path; "
+    "out = Path(sys.argv[1]); n = int(sys.argv[2]); "
+    "(out / f'pid-{os.environ[\"CORRAL_ATTEMPT\"]}').write_text(str(os.getpid())); "
+    "[time.sleep(0.1) for _ in range(n)]"
+)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    srv = Server(
+        f"sqlite:///{tmp_path / 'corral.db'}", tmp_path / "data", LAB, extra=["--lost-after", str(LOST_AFTER)]
+    )
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def submit(server: Server, out: Path, tenths: int) -> str:
+    with server.client() as c:
+        r = c.post(
+            "/v1/jobs",
+            json={"queue": "research", "command": [sys.executable, "-c", STEPS, str(out), str(tenths)]},
+        )
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+
+def kill_9(agent: AgentProcess) -> None:
+    os.kill(agent.proc.pid, signal.SIGKILL)  # the agent only: workers and fence have sessions of their own
+    agent.proc.wait()
+
+
+def test_a_restarted_agent_adopts_its_running_workers(server: Server, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    first = AgentProcess(server, "dgx01", tmp_path)
+    second = None
+    try:
+        first.wait_joined()
+        job_id = submit(server, out, 80)  # 8 s
+        wait_for(lambda: state_is(server, job_id, "running"), timeout=15)
+        pid = int(wait_for(lambda: (out / "pid-1").exists() and (out / "pid-1").read_text(), timeout=10))
+        kill_9(first)
+        time.sleep(1.0)
+        assert alive(pid)  # nobody killed the workers
+        second = AgentProcess(server, "dgx01", tmp_path)
+        second.wait_joined()
+        time.sleep(LEASE + 1)  # past the old lease: the new agent took it over
+        assert alive(pid), second.output()
+        done: dict[str, Any] = wait_for(lambda: state_is(server, job_id, "finished", "failed"), timeout=20)
+        assert done["state"] == "finished" and done["attempt"] == 1, (done, second.output())
+        assert "adopted 1 running ranks" in second.output()
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+def test_the_fence_kills_the_workers_of_a_dead_agent_and_the_job_runs_again_once(
+    server: Server, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    first = AgentProcess(server, "dgx01", tmp_path)
+    second = None
+    try:
+        first.wait_joined()
+        job_id = submit(server, out, 600)
+        wait_for(lambda: state_is(server, job_id, "running"), timeout=15)
+        pid = int(wait_for(lambda: (out / "pid-1").exists() and (out / "pid-1").read_text(), timeout=10))
+        killed_at = time.monotonic()
+        kill_9(first)
+        wait_for(lambda: not alive(pid), timeout=LEASE + 5)
+        assert time.monotonic() - killed_at <= LEASE + 5
+        fence_log = (first.data_dir / "fence.log").read_text()
+        assert "lease expired: killed" in fence_log, fence_log
+        # the server loses the node, then the job waits for GPUs (the only node is gone)
+        waiting = wait_for(lambda: state_is(server, job_id, "pending"), timeout=LOST_AFTER + 10)
+        assert waiting["attempt"] == 1
+        lost = [e for e in events(server, job_id) if e["event"] == "lost"]
+        assert lost and lost[0]["attempt"] == 1, lost
+        second = AgentProcess(server, "dgx01", tmp_path)
+        second.wait_joined()
+        wait_for(lambda: (out / "pid-2").exists(), timeout=20)
+        state = job(server, job_id)
+        assert state["attempt"] == 2 and state["restarts"] == 0, state
+        assert not alive(pid)
+        starts = [e["attempt"] for e in events(server, job_id) if e["event"] == "start"]
+        assert starts == [1, 2]
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
