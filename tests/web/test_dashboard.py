@@ -8,6 +8,7 @@ Each test keeps screenshots under the artefacts folder ($CORRAL_TEST_ARTEFACTS).
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,9 @@ from playwright.sync_api import expect
 from tests.server.harness import wait_for
 from tests.web.conftest import corral, report, shot, sign_in
 from tests.web.fleet import Fleet
+
+
+JOB_CELL = re.compile(r"\bj\b")  # a GPU cell of a job (with its queue's colour class)
 
 
 def _job(fleet: Fleet, job_id: str) -> dict[str, Any]:
@@ -75,14 +79,14 @@ def test_a_job_submitted_with_the_cli_appears_and_starts_without_a_reload(
     page.click('#nav a[data-page="cluster"]')
     placement = _running(fleet, job["id"])["placement"][0]
     cell = _cell(page, placement["node"], placement["gpus"][0])
-    expect(cell).to_have_class("j")
+    expect(cell).to_have_class(JOB_CELL)
     cell.hover()
     expect(page.locator("#tip")).to_contain_text(job["id"])
     expect(page.locator("#tip")).to_contain_text("queue research")
     # a second job starts, then is cancelled: its cells fill and empty in place
     other = corral(server, server.admin_token, "submit --name short --queue prod --gpus 4 -- sleep 600")
     spot = _running(fleet, other["id"])["placement"][0]
-    expect(_cell(page, spot["node"], spot["gpus"][-1])).to_have_class("j")
+    expect(_cell(page, spot["node"], spot["gpus"][-1])).to_have_class(JOB_CELL)
     shot(page, artefacts, "04-cluster-live")
     corral(server, server.admin_token, f"cancel {other['id']}")
     expect(_cell(page, spot["node"], spot["gpus"][-1])).to_have_class("f", timeout=15_000)

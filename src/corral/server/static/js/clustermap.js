@@ -3,7 +3,7 @@
 // Rendered once as one string; afterwards only the tiles of changed nodes are redrawn.
 // One delegated listener shows the tooltip and opens a job on click.
 
-import { esc, jobColour, queueColour } from "./format.js";
+import { esc, jobColour, queueClass } from "./format.js";
 import { groupNodes, nvlinkGroups } from "./store.js";
 
 const STATE_NOTE = { cordoned: "cordoned", draining: "draining", down: "down", lost: "lost" };
@@ -79,7 +79,7 @@ export class ClusterMap {
         if (bad[g] !== undefined || bad[String(g)] !== undefined) return `<i class="x" data-g="${g}"></i>`;
         if (owner) {
           const dim = marked ? " dim" : "";
-          return `<i class="j${dim}" data-g="${g}" style="background:${this.colour(owner)}"></i>`;
+          return `<i ${this.paint(owner, dim)} data-g="${g}"></i>`;
         }
         if (others > 0) {
           others--;
@@ -97,10 +97,11 @@ export class ClusterMap {
     );
   }
 
-  colour(jobId) {
-    if (this.mode === "job") return jobColour(jobId);
+  /** The class (and, by job, the colour) of a cell of `jobId`. */
+  paint(jobId, extra) {
+    if (this.mode === "job") return `class="j${extra}" style="background:${jobColour(jobId)}"`;
     const job = this.store.jobs.get(jobId);
-    return queueColour(job ? job.queue : null);
+    return `class="j ${queueClass(job ? job.queue : null)}${extra}"`;
   }
 
   /** Redraw the tiles of `names` only. */
