@@ -19,7 +19,6 @@ from tests.server.harness import wait_for
 from tests.web.conftest import corral, report, shot, sign_in
 from tests.web.fleet import Fleet
 
-
 JOB_CELL = re.compile(r"\bj\b")  # a GPU cell of a job (with its queue's colour class)
 
 
