@@ -70,6 +70,7 @@ class Scheduler:
         self.own: set[int] = set()
         # nodes whose workers all exited 0, per live multi-node attempt: it finishes with the last
         self.clean_exits: dict[tuple[str, int], set[str]] = {}
+        self.lost_nodes: list[tuple[str, str]] = []  # (node, reason) whose attempts are still to end
         self.paused = False
         self.timers: list[float] = []
         self.reasons = ReasonBook()
@@ -122,6 +123,12 @@ class Scheduler:
                 restore_attempt(state, attempt)
             self.replay = unapplied_exits(conn)  # refills clean_exits as they are applied again
             self.clean_exits.clear()
+            n = schema.nodes
+            self.lost_nodes = [
+                (r.name, r.reason)
+                for r in conn.execute(select(n.c.name, n.c.reason).where(n.c.state == "lost")).all()
+                if not r.reason.startswith("unclean")  # an unclean node's live attempts are real
+            ]
             pending = conn.execute(
                 select(j.c.spec, j.c.attempt, j.c.held, j.c.not_before, j.c.reason_code, j.c.reason)
                 .where(j.c.state == "pending")
@@ -174,6 +181,9 @@ class Scheduler:
         entries, self.replay = self.replay + self._read_journal(), []
         endings: list[tuple[str, int, Ending]] = []
         reload = self._apply(entries, endings)
+        for node, reason in self.lost_nodes:  # lost before a restart, attempts not yet ended
+            self._lose_attempts_on(node, reason, endings)
+        self.lost_nodes = []
         if reload:
             self.reload()
             endings = [e for e in endings if e[0] in self.state.running]
@@ -285,7 +295,7 @@ class Scheduler:
             elif kind == "x.node":
                 body = json.loads(r.body)
                 reload = reload or self._node_changed(body)
-                if body.get("ends_attempts") and not reload:
+                if body.get("ends_attempts"):  # kept across a reload, like the other endings
                     self._lose_attempts_on(str(body["node"]), str(body.get("reason", "")), endings)
             elif kind == "cluster":
                 reload = reload or json.loads(r.body).get("revision") != self.revision
