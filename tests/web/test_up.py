@@ -4,6 +4,7 @@ and its page shows its placement, events and log."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from playwright.sync_api import expect
 
@@ -65,12 +67,11 @@ def test_corral_up_prints_a_login_link_and_a_cli_job_runs_live(
         page.evaluate("window.__sameDocument = true")
         words = "hello from the dashboard test"
         command = f"import time; print({words!r}, flush=True); time.sleep(60)"
-        submitted = subprocess.run(
-            [*CORRAL, "submit", "--name", "hello-dash", "--gpus", "2", "--", "python", "-c", command],
-            env=env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        argv = ["submit", "--json", "--name", "hello-dash", "--gpus", "2", "--", "python", "-c", command]
+        submitted = subprocess.run([*CORRAL, *argv], env=env, capture_output=True, text=True, timeout=60)
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-        row = page.locator("tr", has_text="hello-dash")
+        job = json.loads(submitted.stdout)["id"]
+        row = page.locator(f'tr[data-job="{job}"]')
         expect(row.locator(".badge").first).to_have_text("running")
         shot(page, artefacts, "13-up-jobs")
         row.click()
@@ -83,6 +84,11 @@ def test_corral_up_prints_a_login_link_and_a_cli_job_runs_live(
             expect(page.locator("#log pre.log")).to_contain_text(words)
         shot(page, artefacts, "14-up-job")
         assert page.evaluate("window.__sameDocument") is True, "the page was reloaded"
+        # cancelled, the job's worker stops now rather than when `corral up` stops
+        config = json.loads((Path(env["XDG_CONFIG_HOME"]) / "corral" / "config.json").read_text())
+        headers = {"Authorization": f"Bearer {config['token']}"}
+        httpx.post(f"{config['server']}/v1/jobs/{job}/cancel", headers=headers).raise_for_status()
+        expect(page.locator("#job-state")).to_contain_text("cancelled")
     finally:
         context.close()
     assert not errors, errors
