@@ -84,6 +84,7 @@ def test_quickstart_runs_as_written(tmp_path: Path) -> None:
             time.sleep(0.2)
         printed = tmp_path / "data" / "logs" / "j1" / "attempt-1" / "rank-0.log"
         assert printed.read_text() == "hello\n"
+        assert outputs["corral logs j1"].stdout == "hello\n"  # served by the node's agent
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
