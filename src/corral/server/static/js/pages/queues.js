@@ -106,7 +106,7 @@ function table(el, queues, series) {
   el.querySelector("#queue-table").innerHTML =
     `<table class="grid queues"><thead><tr><th>Queue</th><th>Cohort</th><th class="num">Weight</th>` +
     `<th class="num">Quota</th><th class="num">Limit</th><th class="num">In use</th>` +
-    `<th>use against quota ┃ and limit</th><th class="num">Borrowed</th><th>share of cluster / fair share</th>` +
+    `<th>in use (┃ quota) of the limit</th><th class="num">Borrowed</th><th>share of cluster / fair share</th>` +
     `<th class="num">Pending jobs</th><th class="num">GPUs waiting</th></tr></thead><tbody>${rows}</tbody></table>` +
     `<p class="note muted">Borrowed: GPUs in use above the guaranteed quota (lent by the cohort, reclaimable). ` +
     `Fair share: the queue's weight over all weights. GPUs waiting: the GPUs its pending jobs ask for.</p>`;
