@@ -19,7 +19,7 @@ import pytest
 from tests.agent.conftest import AgentProcess
 from tests.agent.test_agent import events, job, state_is
 from tests.server.conftest import LAB
-from tests.server.harness import Server, wait_for
+from tests.server.harness import Server, lost_after_server, wait_for
 
 LOST_AFTER = 6.0
 LEASE = LOST_AFTER * 2 / 3
@@ -33,10 +33,7 @@ STEPS = (
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    srv = Server(
-        f"sqlite:///{tmp_path / 'corral.db'}", tmp_path / "data", LAB, extra=["--lost-after", str(LOST_AFTER)]
-    )
-    srv.start()
+    srv = lost_after_server(tmp_path, LAB, LOST_AFTER)
     try:
         yield srv
     finally:

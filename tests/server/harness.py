@@ -197,3 +197,15 @@ def wait_for(fn: Any, timeout: float = 10.0, interval: float = 0.02) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s (last value: {value!r})")
         time.sleep(interval)
+
+
+def lost_after_server(tmp_path: Path, cluster: Path, seconds: float) -> Server:
+    """A started `corral server` on SQLite that declares nodes lost after `seconds` of silence."""
+    srv = Server(
+        f"sqlite:///{tmp_path / 'corral.db'}",
+        tmp_path / "data",
+        cluster,
+        extra=["--lost-after", str(seconds)],
+    )
+    srv.start()
+    return srv

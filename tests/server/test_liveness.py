@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.agent.test_agent import events, job
 from tests.server.conftest import LAB
-from tests.server.harness import FakeAgent, Server, wait_for
+from tests.server.harness import FakeAgent, Server, lost_after_server, wait_for
 
 LOST_AFTER = 3.0
 
@@ -56,26 +57,11 @@ class Beating(FakeAgent):
 
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[Server]:
-    srv = Server(
-        f"sqlite:///{tmp_path / 'corral.db'}", tmp_path / "data", LAB, extra=["--lost-after", str(LOST_AFTER)]
-    )
-    srv.start()
+    srv = lost_after_server(tmp_path, LAB, LOST_AFTER)
     try:
         yield srv
     finally:
         srv.stop()
-
-
-def job(server: Server, job_id: str) -> dict[str, Any]:
-    with server.client() as c:
-        out: dict[str, Any] = c.get(f"/v1/jobs/{job_id}").json()
-        return out
-
-
-def events(server: Server, job_id: str) -> list[dict[str, Any]]:
-    with server.client() as c:
-        out: list[dict[str, Any]] = c.get(f"/v1/jobs/{job_id}/events").json()["events"]
-        return out
 
 
 def node(server: Server, name: str) -> dict[str, Any]:

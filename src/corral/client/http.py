@@ -99,6 +99,18 @@ class Client:
         wait: float = 0.0,
     ) -> Any:
         """One call; the decoded JSON answer. `wait` (long polls) is added to the timeout."""
+        return self.response(method, path, params=params, body=body, wait=wait).json()
+
+    def response(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: object = None,
+        wait: float = 0.0,
+    ) -> httpx.Response:
+        """One call; the successful response (ClientError for a refusal or no answer)."""
         try:
             response = self._http.request(method, path, params=params, json=body, timeout=self.timeout + wait)
         except httpx.ConnectError as exc:
@@ -120,7 +132,7 @@ class Client:
             ) from None
         if not response.is_success:
             raise _refusal(response)
-        return response.json()
+        return response
 
     def job_log(
         self, job_id: str, rank: int = 0, attempt: int | None = None, offset: int = 0
@@ -129,14 +141,7 @@ class Client:
         params: dict[str, Any] = {"rank": rank, "offset": offset}
         if attempt is not None:
             params["attempt"] = attempt
-        try:
-            response = self._http.get(f"/v1/jobs/{job_id}/logs", params=params, timeout=self.timeout)
-        except httpx.HTTPError as exc:
-            raise ClientError(
-                UNREACHABLE, f"the Corral server at {self.server} is not reachable ({exc})", "try again"
-            ) from None
-        if not response.is_success:
-            raise _refusal(response)
+        response = self.response("GET", f"/v1/jobs/{job_id}/logs", params=params)
         size = int(response.headers.get("X-Corral-Size", "0"))
         return response.content, size, int(response.headers.get("X-Corral-Attempt", attempt or 1))
 
