@@ -53,6 +53,10 @@ export function mount(el, app, where) {
   };
 }
 
+function hoursText(h) {
+  return num(h, h < 10 ? 2 : 1);
+}
+
 function mean(values) {
   return values.length ? values.reduce((a, b) => a + b, 0) / values.length : 0;
 }
@@ -62,8 +66,8 @@ function draw(el, s, app) {
   const share = (values) => values.map((v) => (gpus ? v / gpus : 0));
   const cluster = share(s.cluster.allocated);
   const avg = mean(cluster);
-  const peak = Math.max(0, ...cluster);
   const now = gpus ? s.cluster.allocated_now / gpus : 0;
+  const peak = Math.max(now, ...cluster);
   el.querySelector("#figures").innerHTML =
     `<span>now <b>${pct(now, 1)}</b></span><span>average <b>${pct(avg, 1)}</b></span>` +
     `<span>peak <b>${pct(peak, 1)}</b></span><span>of <b>${num(gpus)}</b> GPUs</span>`;
@@ -89,8 +93,8 @@ function draw(el, s, app) {
       const waited = q.pending.reduce((a, b) => a + b, 0) * hours;
       return (
         `<tr><th>${swatch(queueColour(q.name))}${esc(q.name)}</th><td class="num">${num(mean(q.allocated), 1)}</td>` +
-        `<td class="num">${pct(gpus ? mean(q.allocated) / gpus : 0, 1)}</td><td class="num">${num(used, 1)}</td>` +
-        `<td class="num">${num(waited, 1)}</td></tr>`
+        `<td class="num">${pct(gpus ? mean(q.allocated) / gpus : 0, 1)}</td><td class="num">${hoursText(used)}</td>` +
+        `<td class="num">${hoursText(waited)}</td></tr>`
       );
     })
     .join("");
