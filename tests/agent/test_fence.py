@@ -63,14 +63,30 @@ def kill_9(agent: AgentProcess) -> None:
     agent.proc.wait()
 
 
-def test_a_restarted_agent_adopts_its_running_workers(server: Server, tmp_path: Path) -> None:
+@pytest.fixture
+def slow_server(tmp_path: Path) -> Iterator[Server]:
+    """Leases of 10 s: time for a loaded machine to start an agent again within one."""
+    srv = lost_after_server(tmp_path, LAB, 15.0)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_a_restarted_agent_adopts_its_running_workers(slow_server: Server, tmp_path: Path) -> None:
+    server = slow_server
     out = tmp_path / "out"
     out.mkdir()
     first = AgentProcess(server, "dgx01", tmp_path)
     second = None
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
     try:
         first.wait_joined()
-        job_id = submit(server, out, 80)  # 8 s
+        done_id = submit(server, earlier, 1)
+        wait_for(lambda: state_is(server, done_id, "finished"), timeout=15)
+        ran = (earlier / "pid-1").read_text()
+        job_id = submit(server, out, 250)  # 25 s
         wait_for(lambda: state_is(server, job_id, "running"), timeout=15)
         pid = int(wait_for(lambda: (out / "pid-1").exists() and (out / "pid-1").read_text(), timeout=10))
         kill_9(first)
@@ -78,11 +94,12 @@ def test_a_restarted_agent_adopts_its_running_workers(server: Server, tmp_path: 
         assert alive(pid)  # nobody killed the workers
         second = AgentProcess(server, "dgx01", tmp_path)
         second.wait_joined()
-        time.sleep(LEASE + 1)  # past the old lease: the new agent took it over
+        time.sleep(10 + 1)  # past the old lease: the new agent took it over
         assert alive(pid), second.output()
-        done: dict[str, Any] = wait_for(lambda: state_is(server, job_id, "finished", "failed"), timeout=20)
+        done: dict[str, Any] = wait_for(lambda: state_is(server, job_id, "finished", "failed"), timeout=40)
         assert done["state"] == "finished" and done["attempt"] == 1, (done, second.output())
         assert "adopted 1 running ranks" in second.output()
+        assert (earlier / "pid-1").read_text() == ran  # old start orders are not replayed
     finally:
         first.stop()
         if second is not None:

@@ -49,7 +49,8 @@ def run(data_dir: Path) -> int:
             if until is None or now > until:
                 for run_dir, record in live:
                     kill(record)
-                    (run_dir / "fenced").write_text(f"{now}\n")
+                    late = now - until if until is not None else 0.0
+                    (run_dir / "fenced").write_text(f"the node's lease expired {late:.0f} s ago\n")
                     log(data_dir, f"lease expired: killed {run_dir.parent.name} {run_dir.name}")
         elif now - idle_since > IDLE_EXIT:
             log(data_dir, "no live attempt: exiting")

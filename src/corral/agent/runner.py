@@ -449,6 +449,7 @@ class Agent:
             body = {**self.inventory, "running": running, "unhealthy": self.health.unhealthy()}
             out = self.api.register_agent(body)
             self.incarnation = int(out["incarnation"])
+            self.after = max(self.after, int(out.get("after") or 0))
             self.interval = float(out.get("heartbeat_interval_s", 5.0))
             records.write_lease(self.data_dir, sent + float(out.get("lease_s", LEASE)))
             log.info("node %s registered, incarnation %s (%s)", self.node, self.incarnation, out.get("state"))

@@ -348,9 +348,15 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
         from corral.server.liveness import apply_gpu_health
 
         apply_gpu_health(ctx, conn, reg.node, reg.unhealthy)
+    # orders before this point are for attempts the agent runs (live) or that ended: an agent that
+    # read them from the start would launch old attempts again
+    after = conn.execute(
+        select(func.max(schema.outbox.c.seq)).where(schema.outbox.c.node == reg.node)
+    ).scalar()
     return {
         "node": reg.node,
         "incarnation": incarnation,
+        "after": int(after or 0),
         "live": live,
         "stale": stale,
         "state": state.value,
