@@ -163,7 +163,7 @@ def settle(api: Http, timeout: float = 120.0) -> int:
         allocated = sum(n["allocated"] for n in out["nodes"])
         if allocated != last:
             last, same_since = allocated, time.monotonic()
-        elif time.monotonic() - same_since > 3.0:
+        elif time.monotonic() - same_since > 6.0:
             return allocated
         time.sleep(0.5)
     return last
@@ -241,8 +241,11 @@ def main() -> None:
                 ("jobs_page", "/v1/jobs?limit=51&before=9007199254740991"),
                 ("series_1h", "/v1/usage/series?span=3600&points=120"),
             ):
-                _, _, took, size = api.call("GET", path)
+                _, body, took, size = api.call("GET", path)
                 sizes[label] = {"ms": round(took * 1000, 1), "kib": round(size / 1024, 1)}
+                for key in ("nodes", "jobs"):
+                    if isinstance(body, dict) and isinstance(body.get(key), list):
+                        sizes[label]["rows"] = len(body[key])
             figures = measure_pages(server.url, server.admin_token, args.runs, args.screenshot)
         finally:
             stop.set()
