@@ -50,6 +50,15 @@ def test_a_login_link_stands_for_its_token_once(fleet: Fleet) -> None:
     assert {"POST /v1/login-links", "POST /login"} <= {a["action"] for a in audit}
 
 
+def test_corral_dashboard_prints_a_working_link(fleet: Fleet) -> None:
+    server = fleet.server
+    frank = server.token("frank", "member", team="prod")
+    shown = corral(server, frank, "dashboard")
+    assert shown["url"] == server.url + "/" and shown["expires_in"] == 3600
+    code = shown["login_link"].removeprefix(server.url + "/login#code=")
+    assert httpx.post(server.url + "/login", json={"code": code}).json() == {"token": frank}
+
+
 def test_usage_series_counts_gpus_in_use_and_waiting(fleet: Fleet) -> None:
     server = fleet.server
     erin = server.token("erin", "member", team="prod")

@@ -206,11 +206,14 @@ def _register(url: str, directory: Path, admin: str, inventory: dict[str, Any]) 
 def _announce(url: str, directory: Path, admin: str, inventory: dict[str, Any], gpus: Gpus) -> None:
     from corral.cli.dashboard_cmd import login_link
     from corral.cli.settings import write_config
-    from corral.client import Client
+    from corral.client import Client, ClientError
 
     config = write_config({"server": url, "token": admin})
-    with Client(url, admin) as corral:
-        link = login_link(corral)
+    try:
+        with Client(url, admin) as corral:
+            link = login_link(corral)
+    except ClientError as err:  # the dashboard is a convenience: the node still joins
+        link = f"(none: {err.message}; try `corral dashboard`)"
     model = f" x {gpus.model}" if gpus.model else ""
     lines = [
         f"Corral is up: API {url}/v1, its OpenAPI schema at {url}/openapi.json (data in {directory}).",
