@@ -55,7 +55,7 @@ const ELEMENTS = new Set([
   "h1", "h2", "h3", "h4", "p", "section", "div", "span", "b", "strong", "i", "em", "code", "pre", "br", "hr",
   "table", "thead", "tbody", "tr", "th", "td", "details", "summary", "img", "ul", "ol", "li", "small", "sup", "sub",
 ]);
-const ATTRIBUTES = new Set(["class", "id", "colspan", "rowspan", "alt", "title", "open"]);
+const ATTRIBUTES = new Set(["class", "colspan", "rowspan", "alt", "title", "open"]); // no ids: they are the page's
 const COLOUR = /^color:\s*(#[0-9a-fA-F]{3,8}|[a-z]+|rgb\([\d\s,.%]+\))\s*;?$/;
 
 /** A copy of `node` with only allowed elements and attributes (text is kept, the rest dropped). */
