@@ -10,7 +10,6 @@ state; reservations are dropped at the end (they are recomputed every cycle).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
 
 from corral.core import reserve
 from corral.core.decisions import CycleResult, Nominate, Preempt, Reason, Reject, Reserve, Start, Why
@@ -85,7 +84,7 @@ class _Cycle:
         self.blocked: dict[tuple[object, ...], Reason] = {}
         # (blocked shape, preemptible) -> (queues' use version, reason): while no queue's counted
         # GPUs change, admission answers jobs of one shape alike, so a repeat skips it too
-        self.verdicts: dict[tuple[object, ...], tuple[int, Reason]] = {}
+        self.verdicts: dict[int, tuple[int, Reason]] = {}  # keyed by `PendingJob.verdict_key`
         self.started: dict[QueueName, list[JobId]] = {}
         self.no_victims: dict[QueueName, int] = {}  # queue -> highest class found to have no candidates
         self.preempt_tries = 0
@@ -93,50 +92,99 @@ class _Cycle:
 
     # ---- order ---------------------------------------------------------------------------
     def run(self) -> None:
+        if self.profile.queue_order is None:
+            self._run_global()
+        else:
+            self._run_fair()
+
+    def _repeats(self, job: PendingJob) -> bool:
+        """A job of a shape already answered while no queue's count changed: give it that reason."""
+        verdict = self.verdicts.get(job.verdict_key)
+        if (
+            verdict is None
+            or verdict[0] != self.state.use_version
+            or job.held
+            or job.nomination is not None
+            or job.not_before > self.now
+        ):
+            return False
+        self.result.reasons[job.spec.id] = verdict[1]
+        return True
+
+    def _after(self, job: PendingJob, started: bool) -> bool:
+        """Strict FIFO: False when the cycle stops behind a job that did not start."""
         reasons = self.result.reasons
-        stream = self._global_order() if self.profile.queue_order is None else self._fair_order()
-        for job in stream:
-            self.result.considered += 1
-            started = self.consider(job)
-            if not started and self.profile.head_of_line and job.spec.id in reasons:
-                if reasons[job.spec.id].code in (Why.HELD, Why.BACKOFF):
-                    continue
-                self.result.others = Reason(
-                    Why.HEAD_OF_LINE, f"waiting behind job {job.spec.id} (strict FIFO: no job skips the head)"
-                )
-                return
+        if started or not self.profile.head_of_line or job.spec.id not in reasons:
+            return True
+        if reasons[job.spec.id].code in (Why.HELD, Why.BACKOFF):
+            return True
+        self.result.others = Reason(
+            Why.HEAD_OF_LINE, f"waiting behind job {job.spec.id} (strict FIFO: no job skips the head)"
+        )
+        return False
 
-    def _global_order(self) -> Iterator[PendingJob]:
-        queues = list(self.state.queues.values())
-        for key in heapq.merge(*(list(q.pending_keys) for q in queues)):
-            job = self.state.jobs.get(key[-1])  # type: ignore[call-overload]
-            if job is not None:
-                yield job
-
-    def _fair_order(self) -> Iterator[PendingJob]:
-        order = self.profile.queue_order
-        assert order is not None
-        heap: list[tuple[tuple[object, ...], int, QueueState]] = []
-        positions: dict[int, int] = {}
-        for i, q in enumerate(self.state.queues.values()):
-            if q.pending_keys:
-                heap.append((order.key(q, self.state), i, q))
-                positions[i] = 0
-        heapq.heapify(heap)
-        while heap:
-            _, i, q = heap[0]
-            pos = positions[i]
-            if pos >= len(q.pending_keys):
-                heapq.heappop(heap)
-                continue
-            positions[i] = pos + 1
-            job = q.pending.get(q.pending_keys[pos][-1])  # type: ignore[call-overload]
+    def _run_global(self) -> None:
+        """fifo, sjf, las: one order of every queue's pending jobs."""
+        repeats = not self.profile.head_of_line
+        queues = [q.pending_keys for q in self.state.queues.values() if q.pending_keys]
+        keys = queues[0] if len(queues) == 1 else heapq.merge(*(list(k) for k in queues))
+        jobs = self.state.jobs
+        for key in keys:
+            job = jobs.get(key[-1])  # type: ignore[call-overload]
             if job is None:
                 continue
+            self.result.considered += 1
+            if repeats and self._repeats(job):
+                continue
+            if not self._after(job, self.consider(job)):
+                return
+
+    def _run_fair(self) -> None:
+        """default: queues by fair share (re-keyed after each change of the served queue's count)."""
+        order = self.profile.queue_order
+        assert order is not None
+        state, result = self.state, self.result
+        heap: list[tuple[tuple[object, ...], int, QueueState]] = []
+        positions: dict[int, int] = {}
+        for i, q in enumerate(state.queues.values()):
+            if q.pending_keys:
+                heap.append((order.key(q, state), i, q))
+                positions[i] = 0
+        heapq.heapify(heap)
+        repeats = not self.profile.head_of_line
+        verdicts, reasons, now = self.verdicts, result.reasons, self.now
+        while heap:
+            _, i, q = heap[0]
+            pos, keys, pending = positions[i], q.pending_keys, q.pending
+            job = None
+            version = state.use_version
+            while pos < len(keys):  # `_repeats`, inlined: most jobs of a busy cluster repeat an answer
+                job = pending.get(keys[pos][-1])  # type: ignore[call-overload]
+                pos += 1
+                if job is None:
+                    continue
+                result.considered += 1
+                verdict = verdicts.get(job.verdict_key)
+                if (
+                    not repeats
+                    or verdict is None
+                    or verdict[0] != version
+                    or job.held
+                    or job.nomination is not None
+                    or job.not_before > now
+                ):
+                    break  # nothing changes while jobs repeat an answer: the queue keeps its turn
+                reasons[job.spec.id] = verdict[1]
+                job = None
+            positions[i] = pos
+            if job is None:
+                heapq.heappop(heap)
+                continue
             before = q.effective_gpus
-            yield job
+            if not self._after(job, self.consider(job)):
+                return
             if q.effective_gpus != before:
-                heapq.heapreplace(heap, (order.key(q, self.state), i, q))
+                heapq.heapreplace(heap, (order.key(q, state), i, q))
 
     # ---- one job ----------------------------------------------------------------------------
     def consider(self, job: PendingJob) -> bool:
@@ -157,8 +205,9 @@ class _Cycle:
         if job.shape is None:
             job.shape = shape_of(spec)
         shape = (job.shape, spec.queue, spec.priority, spec.time_limit)
-        verdict_key = (shape, spec.preemptible)
-        version = self.state.use_version
+        if job.verdict_key < 0:
+            job.verdict_key = self.state.intern((shape, spec.preemptible))
+        verdict_key, version = job.verdict_key, self.state.use_version
         verdict = self.verdicts.get(verdict_key)
         if verdict is not None and verdict[0] == version:
             reasons[spec.id] = verdict[1]  # what admission and the blocked shape said, unchanged

@@ -85,39 +85,39 @@ def cohort_of(queue: QueueState) -> str:
 
 
 def borrow_room(state: ClusterState, queue: QueueState) -> tuple[int, int]:
-    """`_borrow_room`, cached until any queue's counted GPUs change."""
-    key = ("borrow", queue.spec.name)
-    cached = state.cache.get(key)
-    if isinstance(cached, tuple) and cached[0] == state.use_version:
-        return cached[1], cached[2]
-    room, free = _borrow_room(state, queue)
-    state.cache[key] = (state.use_version, room, free)
-    return room, free
-
-
-def _borrow_room(state: ClusterState, queue: QueueState) -> tuple[int, int]:
     """(GPUs this queue may still add, GPUs free now), for a queue above its quota.
 
     The first counts every other queue at its use or its guaranteed quota, whichever is larger,
     except that idle quota of the queue's own cohort counts only beyond its lending limit:
     what is guaranteed to others and not lent is not to be borrowed. GPUs nobody is
-    guaranteed form a pool that any cohort may borrow from.
+    guaranteed form a pool that any cohort may borrow from. Computed for every queue at once,
+    and cached until any queue's counted GPUs change.
     """
-    mine = cohort_of(queue)
-    others = 0
-    in_use = 0
+    cached = state.cache.get("borrow")
+    if not (isinstance(cached, tuple) and cached[0] == state.use_version):
+        cached = state.cache["borrow"] = (state.use_version, _borrow_rooms(state))
+    rooms: dict[str, tuple[int, int]] = cached[1]
+    return rooms[queue.spec.name]
+
+
+def _borrow_rooms(state: ClusterState) -> dict[str, tuple[int, int]]:
+    queues = list(state.queues.values())
+    use = [q.effective_gpus for q in queues]
+    free = state.total_gpus - sum(use)
     if not _any_quota(state):  # nothing is guaranteed to anyone: only capacity limits borrowing
-        in_use = sum(q.effective_gpus for q in state.queues.values())
-        free = state.total_gpus - in_use
-        return free, free
-    for q in state.queues.values():
-        in_use += q.effective_gpus
-        if q is queue:
-            continue
-        spec = q.spec
-        unlendable = spec.quota - spec.lendable if cohort_of(q) == mine else spec.quota
-        others += max(q.effective_gpus, unlendable)
-    return state.total_gpus - others - queue.effective_gpus, state.total_gpus - in_use
+        return {q.spec.name: (free, free) for q in queues}
+    # counted[c]: every queue at max(use, what it does not lend to cohort c)
+    counted: dict[str, int] = {}
+    for cohort in {cohort_of(q) for q in queues}:
+        counted[cohort] = sum(
+            max(u, q.spec.quota - q.spec.lendable if cohort_of(q) == cohort else q.spec.quota)
+            for q, u in zip(queues, use, strict=True)
+        )
+    rooms: dict[str, tuple[int, int]] = {}
+    for q, u in zip(queues, use, strict=True):
+        others = counted[cohort_of(q)] - max(u, q.spec.quota - q.spec.lendable)
+        rooms[q.spec.name] = (state.total_gpus - others - u, free)
+    return rooms
 
 
 def _any_quota(state: ClusterState) -> bool:
@@ -134,16 +134,8 @@ def can_reclaim(state: ClusterState, taker: QueueState, need: int, victim: Queue
     surplus, the taker's share after the move is no greater than the victim's. Both sides use
     current allocation, so two queues never take from each other back and forth.
     """
-    if taker is victim or cohort_of(taker) != cohort_of(victim):
+    if taker is victim or victim.effective_gpus <= victim.spec.quota or cohort_of(taker) != cohort_of(victim):
         return False
-    key = ("reclaim", taker.spec.name, need, victim.spec.name, freed)
-    cached = state.cache.get(key)
-    if isinstance(cached, tuple) and cached[0] == state.use_version:
-        return bool(cached[1])
-    victim_above = victim.effective_gpus > victim.spec.quota
-    allowed = victim_above and (
-        taker.effective_gpus + need <= taker.spec.quota
-        or surplus_share(state, taker, need) <= surplus_share(state, victim, -freed)
-    )
-    state.cache[key] = (state.use_version, allowed)
-    return allowed
+    return taker.effective_gpus + need <= taker.spec.quota or surplus_share(
+        state, taker, need
+    ) <= surplus_share(state, victim, -freed)

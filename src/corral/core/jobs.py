@@ -36,6 +36,7 @@ class PendingJob:
     shape: tuple[object, ...] | None = None  # placement-relevant fields, computed once
     request: object = None  # its placement request, valid while `request_generation` is current
     request_generation: int = -1
+    verdict_key: int = -1  # its (shape, queue, class, time limit, preemptible), interned by the state
 
 
 @dataclass(slots=True, eq=False)
@@ -54,6 +55,7 @@ class RunningAttempt:
     preempting_deadline: float | None = None
     preempted_by: JobId | None = None
     end_key: tuple[float, int, JobId] | None = None  # its entry in ClusterState.by_end
+    candidate: int = 0  # as a victim, for `Occupancy`: 0 never (now), 1 inside min_runtime, 2 counted
 
     @property
     def spec(self) -> JobSpec:

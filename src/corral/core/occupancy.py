@@ -1,55 +1,85 @@
 """Who runs on each node: the running attempts per node, and per (queue, class) aggregates of the
-preemptible ones, so that victim selection can bound what each node could free without visiting
+candidate victims, so that victim selection can bound what each node could free without visiting
 every attempt in the cluster.
+
+A candidate is a preemptible attempt that is not stopping and is past its minimum run time
+(DESIGN.md 6.3: never one inside its `min_runtime`). Attempts wait in a heap by the time their
+minimum run time ends and join the aggregates when `settle(now)` reaches it (a little early
+rather than late, so that the aggregates stay an upper bound of what may be taken).
 """
 
 from __future__ import annotations
+
+import heapq
 
 from corral.core.jobs import RunningAttempt
 from corral.core.model import JobId, QueueName
 
 Group = tuple[QueueName, int]  # (queue, priority value)
 
+_NONE, _WAITING, _COUNTED = 0, 1, 2  # RunningAttempt.candidate
+_EARLY = 1e-6  # seconds: settle this much early, so float rounding never settles late
+
 
 class Occupancy:
     """Per node: attempts touching it, and GPUs plus GPU-seconds-since-checkpoint per group."""
 
-    __slots__ = ("groups", "jobs", "members", "totals")
+    __slots__ = ("_seq", "_waiting", "groups", "jobs", "members", "sizes", "totals")
 
     def __init__(self) -> None:
         self.jobs: list[dict[JobId, RunningAttempt]] = []
         # node -> group -> [GPUs, sum of GPUs x (time of the last checkpoint or start)]
         self.groups: list[dict[Group, list[float]]] = []
         self.totals: dict[Group, float] = {}  # GPUs per group over the whole cluster
-        self.members: dict[Group, dict[JobId, RunningAttempt]] = {}  # the attempts counted per group
+        self.members: dict[Group, dict[JobId, RunningAttempt]] = {}  # the candidates per group
+        self.sizes: dict[Group, dict[int, int]] = {}  # group -> GPUs of a candidate -> how many
+        self._waiting: list[tuple[float, int, RunningAttempt]] = []  # (settle time, seq, attempt)
+        self._seq = 0
 
     def add_node(self) -> None:
         self.jobs.append({})
         self.groups.append({})
 
-    def add(self, attempt: RunningAttempt) -> None:
+    def add(self, attempt: RunningAttempt, min_runtime: float) -> None:
+        """A new attempt; a candidate once `min_runtime` seconds after its start have passed."""
         job_id = attempt.spec.id
         for node, _ in attempt.placement:
             self.jobs[node][job_id] = attempt
         if attempt.spec.preemptible and attempt.preempting_deadline is None:
-            self._count(attempt, 1.0)
+            attempt.candidate = _WAITING
+            self._seq += 1
+            heapq.heappush(self._waiting, (attempt.start + min_runtime, self._seq, attempt))
+
+    def settle(self, now: float) -> None:
+        """Count every attempt whose minimum run time has ended by `now`."""
+        waiting = self._waiting
+        while waiting and waiting[0][0] - _EARLY <= now:
+            attempt = heapq.heappop(waiting)[2]
+            if attempt.candidate == _WAITING:
+                attempt.candidate = _COUNTED
+                self._count(attempt, 1.0)
 
     def remove(self, attempt: RunningAttempt) -> None:
         job_id = attempt.spec.id
         for node, _ in attempt.placement:
             self.jobs[node].pop(job_id, None)
-        if attempt.spec.preemptible and attempt.preempting_deadline is None:
-            self._count(attempt, -1.0)
+        self.stopping(attempt)
 
     def stopping(self, attempt: RunningAttempt) -> None:
-        """An attempt is being preempted: it is no longer a candidate victim."""
-        if attempt.spec.preemptible and attempt.preempting_deadline is None:
+        """An attempt is being preempted (or is gone): it is no longer a candidate victim."""
+        if attempt.candidate == _COUNTED:
             self._count(attempt, -1.0)
+        attempt.candidate = _NONE
+
+    def smallest(self, group: Group) -> int:
+        """The fewest GPUs a candidate of the group holds (0 when it has none)."""
+        sizes = self.sizes.get(group)
+        return min(sizes) if sizes else 0
 
     def checkpointed(self, attempt: RunningAttempt, before: float) -> None:
         """The attempt's last checkpoint moved from `before` to `attempt.last_checkpoint`."""
-        if not attempt.spec.preemptible or attempt.preempting_deadline is not None:
-            return
+        if attempt.candidate != _COUNTED:
+            return  # not counted yet: counted from its newest checkpoint when it settles
         key = (attempt.spec.queue, attempt.spec.priority)
         old = max(attempt.start, before)
         new = max(attempt.start, attempt.last_checkpoint)
@@ -57,22 +87,31 @@ class Occupancy:
             self.groups[node][key][1] += mask.bit_count() * (new - old)
 
     def _count(self, attempt: RunningAttempt, sign: float) -> None:
-        key = (attempt.spec.queue, attempt.spec.priority)
+        spec = attempt.spec
+        key = (spec.queue, spec.priority)
         since = max(attempt.start, attempt.last_checkpoint)
-        total = self.totals.get(key, 0.0) + sign * attempt.spec.gpus
+        total = self.totals.get(key, 0.0) + sign * spec.gpus
         if total > 0:
             self.totals[key] = total
         else:
             self.totals.pop(key, None)
         members = self.members.get(key)
+        sizes = self.sizes.get(key)
+        if members is None or sizes is None:
+            members = self.members[key] = {}
+            sizes = self.sizes[key] = {}
         if sign > 0:
-            if members is None:
-                members = self.members[key] = {}
-            members[attempt.spec.id] = attempt
-        elif members is not None:
-            members.pop(attempt.spec.id, None)
+            members[spec.id] = attempt
+            sizes[spec.gpus] = sizes.get(spec.gpus, 0) + 1
+        else:
+            del members[spec.id]
+            left = sizes[spec.gpus] - 1
+            if left:
+                sizes[spec.gpus] = left
+            else:
+                del sizes[spec.gpus]
             if not members:
-                del self.members[key]
+                del self.members[key], self.sizes[key]
         for node, mask in attempt.placement:
             gpus = mask.bit_count()
             per_node = self.groups[node]

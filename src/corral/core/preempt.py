@@ -2,7 +2,8 @@
 
 1. Each schedulable node's *potential* is its available GPUs plus what its candidate victims
    hold. The fast path bounds it from per-node aggregates (`Occupancy`): GPUs per (queue,
-   class) that the `Victims` plugin's `group_eligible` allows, without visiting attempts.
+   class) of the attempts past their minimum run time, in the groups the `Victims` plugin's
+   `group_eligible` allows, without visiting attempts. No group allowed: no candidates.
 2. The tightest span whose domain holds the gang on potentials is chosen, and inside it the
    nodes cheapest to free: lowest class first, then least lost work (GPU-seconds since the
    last checkpoint).
@@ -42,6 +43,7 @@ def select_victims(
 ) -> Selection | str | None:
     """Choose victims for `job`; None when no eligible set frees one placement, NO_CANDIDATES when
     no running attempt can be a victim at all."""
+    state.occupancy.settle(now)
     members = state.occupancy.members
     ok = {key for key in members if plugin.group_eligible(job, key[0], key[1], state, now)}
     if not ok:

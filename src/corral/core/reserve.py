@@ -9,6 +9,7 @@ them unless they end (by their time limit) before every reservation they would t
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from corral.core.model import INFINITY
@@ -30,7 +31,7 @@ def earliest_fit(state: ClusterState, req: Request, now: float) -> Reservation |
     releases, and once it fits, a binary search over the last stretch finds the first release
     after which it fits, so a reservation costs O(log n) placements, not one per release.
     """
-    ends = [e for e in state.by_end if e[0] != INFINITY]
+    ends = state.by_end[: bisect_left(state.by_end, (INFINITY,))]  # attempts without an end last
     base = state.plan.checkpoint()
     marks: list[int] = []  # marks[i]: plan checkpoint before release i
     g = max(1, req.gpus_per_replica)

@@ -85,6 +85,8 @@ class ClusterState:
         self.generation = 0  # bumped whenever static capacity changes (nodes, queues)
         self.cache: dict[object, object] = {}
         self.use_version = 0  # bumped whenever any queue's counted GPUs change
+        self._interned: dict[tuple[object, ...], int] = {}
+        self._last_interned = 0
         self.key_fn: Callable[[PendingJob], tuple[object, ...]] | None = (
             None  # per-shape results valid until `generation` changes
         )
@@ -102,6 +104,16 @@ class ClusterState:
         for spec in nodes:
             state.add_node(spec)
         return state
+
+    def intern(self, key: tuple[object, ...]) -> int:
+        """A small int for a key, never given to another key (cheaper to hash than the tuple)."""
+        found = self._interned.get(key)
+        if found is None:
+            if len(self._interned) >= 1 << 16:
+                self._interned.clear()  # the ids given stay unique: the counter goes on
+            self._last_interned += 1
+            found = self._interned[key] = self._last_interned
+        return found
 
     # ---- nodes -------------------------------------------------------------------------
     def add_node(self, spec: NodeSpec, state: NodeState = NodeState.UP) -> int:
@@ -359,7 +371,7 @@ class ClusterState:
         if job_id in self.running:
             raise InvariantError(f"job {job_id} already has a live attempt")
         self.running[job_id] = attempt
-        self.occupancy.add(attempt)
+        self.occupancy.add(attempt, self.min_runtime(attempt))
         self._start_seq += 1
         attempt.end_key = (attempt.expected_end, self._start_seq, job_id)
         insort(self.by_end, attempt.end_key)
@@ -404,6 +416,15 @@ class ClusterState:
         if requeue:
             self._enqueue(job)
         return attempt
+
+    def min_runtime(self, attempt: RunningAttempt) -> float:
+        """Seconds after its start during which an attempt is never preempted (DESIGN.md 6.3).
+
+        Its class's `min_runtime`, doubled for every earlier attempt of the job (up to 64 times),
+        so that no job is preempted over and over just after each restart.
+        """
+        earlier = min(attempt.attempt - 1, 6)
+        return self.min_runtime_by_value.get(attempt.spec.priority, 0.0) * (1 << earlier)
 
     def mark_preempting(self, job_id: JobId, deadline: float, by: JobId | None) -> None:
         attempt = self.running[job_id]

@@ -13,16 +13,11 @@ from corral.core.state import ClusterState
 
 
 def _protected(victim: RunningAttempt, state: ClusterState, now: float) -> bool:
-    """Never a non-preemptible job, one already stopping, or one inside its minimum run time.
-
-    The minimum run time doubles with every earlier attempt of the job (up to 64 times), so that
-    no job is preempted over and over just after each restart.
-    """
-    spec = victim.spec
-    if not spec.preemptible or victim.preempting_deadline is not None:
+    """Never a non-preemptible job, one already stopping, or one inside its minimum run time
+    (`ClusterState.min_runtime`: doubled for every earlier attempt of the job)."""
+    if not victim.spec.preemptible or victim.preempting_deadline is not None:
         return True
-    earlier = min(victim.attempt - 1, 6)
-    return now - victim.start < state.min_runtime_by_value.get(spec.priority, 0.0) * (1 << earlier)
+    return now - victim.start < state.min_runtime(victim)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +58,12 @@ class PriorityReclaim:
             return mine.priority > priority
         if not self.args.reclaim:
             return False
-        return can_reclaim(state, state.queues[mine.queue], mine.gpus, state.queues[queue], 0)
+        victim = state.queues[queue]
+        if victim.effective_gpus <= victim.spec.quota:
+            return False  # reclaim takes only from a queue above its quota
+        # reclaim is easier the less is taken: the group's smallest candidate bounds them all
+        freed = state.occupancy.smallest((queue, priority))
+        return can_reclaim(state, state.queues[mine.queue], mine.gpus, victim, freed)
 
     def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
         spec = victim.spec
