@@ -157,13 +157,14 @@ def test_a_member_sees_only_their_teams_jobs(browser: Any, page: Any, fleet: Fle
     shot(page, artefacts, "07-member-jobs")
     page.goto(f"{server.url}/#/jobs/{hers['id']}")
     expect(page.locator("#main .error")).to_contain_text("that you may see")
-    # the cluster: her GPU is another team's, without her job's name
+    # the cluster: her GPU is another team's, with its queue but not her job
     page.click('#nav a[data-page="cluster"]')
-    cell = _cell(page, hers_placed["node"], hers_placed["gpus"][0])
     expect(page.locator("#map")).to_have_attribute("data-rendered", "8")
-    allocated = page.locator(f'#map .node[data-node="{hers_placed["node"]}"] i.o')
-    expect(allocated.first).to_be_visible()
+    cell = _cell(page, hers_placed["node"], hers_placed["gpus"][0])
+    expect(cell).to_have_class("o")
     cell.hover()
+    expect(page.locator("#tip")).to_contain_text("another team's job (queue research)")
+    expect(page.locator("#tip")).not_to_contain_text(hers["id"])
     expect(page.locator("#legend")).to_contain_text("another team's job")
     shot(page, artefacts, "08-member-cluster")
     page.click('#nav a[data-page="queues"]')

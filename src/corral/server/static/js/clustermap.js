@@ -81,7 +81,7 @@ export class ClusterMap {
           const dim = marked ? " dim" : "";
           return `<i ${this.paint(owner, dim)} data-g="${g}"></i>`;
         }
-        if (others > 0) {
+        if (n.theirs ? n.theirs.has(g) : others > 0) {
           others--;
           return `<i class="o" data-g="${g}"></i>`;
         }
@@ -176,7 +176,10 @@ export class ClusterMap {
         `<div class="muted">click to open the job</div>`
       );
     }
-    if (cell && cell.classList.contains("o")) return `${head}<div>allocated to another team's job</div>`;
+    if (cell && cell.classList.contains("o")) {
+      const queue = n.theirs && n.theirs.get(g);
+      return `${head}<div>allocated to another team's job${queue ? ` (queue ${esc(queue)})` : ""}</div>`;
+    }
     if (n.state !== "up") return `${head}<div>node ${esc(n.state)}: no new work</div>`;
     return `${head}<div>free</div>`;
   }

@@ -44,7 +44,7 @@ export class ClusterStore {
   async reload() {
     const [config, nodes, queues, jobs] = await Promise.all([
       api("/v1/config").catch(() => null),
-      api("/v1/nodes"),
+      api(this.nodesUrl()),
       api("/v1/queues").catch(() => ({ queues: [] })),
       allJobs(LIVE_STATES.map((s) => ["state", s])),
     ]);
@@ -75,17 +75,31 @@ export class ClusterStore {
       for (const job of this.jobs.values()) this.assign(job, job.id);
     }
     // a member sees only their team's jobs: the rest of a node's allocated GPUs are other teams'
+    // (`gpu_list` says which GPUs, and their queue, without the job)
     const admin = this.who.role === "admin";
-    for (const n of rows) n.others = admin ? 0 : Math.max(0, n.allocated - this.owned(n.name));
+    for (const n of rows) {
+      n.others = admin ? 0 : Math.max(0, n.allocated - this.owned(n.name));
+      n.theirs = null;
+      if (!admin && Array.isArray(n.gpu_list)) {
+        n.theirs = new Map(n.gpu_list.filter((g) => g.state === "allocated" && !g.job).map((g) => [g.index, g.queue]));
+        n.others = n.theirs.size;
+      }
+      delete n.gpu_list;
+    }
     return changed;
   }
 
   /** A refetch of the node list (states, health, others' allocations); full re-render if the set changed. */
   async refreshNodes() {
-    const { nodes } = await api("/v1/nodes");
+    const { nodes } = await api(this.nodesUrl());
     const changedSet = this.setNodes(nodes);
     if (changedSet) this.version++;
     this.emit({ full: changedSet, nodes: new Set(nodes.map((n) => n.name)) });
+  }
+
+  /** Members ask for each GPU's state too: which GPUs other teams' jobs hold. */
+  nodesUrl() {
+    return this.who.role === "admin" ? "/v1/nodes" : "/v1/nodes?gpus=true";
   }
 
   owned(node) {
