@@ -16,11 +16,13 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from corral.agent.fence import IDLE_EXIT
 from tests.multihost.netns import Loopback, Network
 from tests.server.harness import free_port, wait_for
 
@@ -53,8 +55,10 @@ def clean_env() -> dict[str, str]:
 class MultiHost:
     """`start()` builds the namespaces and starts everything; `stop()` undoes all of it."""
 
-    def __init__(self, directory: Path, namespaces: bool = True) -> None:
+    def __init__(self, directory: Path, namespaces: bool = True, server_args: Sequence[str] = ()) -> None:
+        """`server_args`: more options for `corral server` (e.g. `--lost-after 10`)."""
         self.dir = directory
+        self.server_args = list(server_args)
         hosts = {"cp": 254, **{h: i for i, h in enumerate(AGENT_HOSTS, start=1)}}
         self.net: Network | Loopback = Network(hosts) if namespaces else Loopback(hosts)
         self.port = 8400 if namespaces else free_port()
@@ -62,6 +66,7 @@ class MultiHost:
         self.checkpoints = directory / "checkpoints"  # every host mounts it (one file system here)
         self.socket = directory / "api.sock"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.agent_tokens: dict[str, str] = {}  # host -> its join token (a restarted agent reuses it)
         self._token = ""
 
     # ---- addresses and the API -------------------------------------------------------------
@@ -105,6 +110,7 @@ class MultiHost:
             "--insecure-http",
             "--cluster",
             str(cluster),
+            *self.server_args,
         ]
         self.procs["server"] = self.net.run("cp", server, self.dir / "server.log", env=env)
         relay = [
@@ -132,11 +138,17 @@ class MultiHost:
         except httpx.HTTPError:
             return False
 
-    def _agent(self, host: str) -> None:
-        with self.client() as c:
-            r = c.post("/v1/tokens", json={"name": f"agent-{host}", "role": "agent"})
-            r.raise_for_status()
-            token = r.json()["token"]
+    def agent_dir(self, host: str) -> Path:
+        """The agent's `--data-dir` (lease, fence log, attempt records, `gpu-faults`)."""
+        return self.dir / f"agent-{host}"
+
+    def _agent(self, host: str, *extra: str) -> None:
+        token = self.agent_tokens.get(host)
+        if token is None:
+            with self.client() as c:
+                r = c.post("/v1/tokens", json={"name": f"agent-{host}", "role": "agent"})
+                r.raise_for_status()
+                token = self.agent_tokens[host] = r.json()["token"]
         argv = [
             *CLI,
             "agent",
@@ -153,9 +165,10 @@ class MultiHost:
             "--address",
             self.net.address(host),
             "--data-dir",
-            str(self.dir / f"agent-{host}"),
+            str(self.agent_dir(host)),
             "--checkpoint-root",
             str(self.checkpoints),
+            *extra,
         ]
         self.procs[f"agent-{host}"] = self.net.run(
             host, argv, self.dir / f"agent-{host}.log", env=clean_env()
@@ -170,6 +183,32 @@ class MultiHost:
 
     def kill_rank(self, pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
+
+    # ---- failures --------------------------------------------------------------------------
+    def kill_agent(self, host: str) -> None:
+        """`kill -9` the agent's process (only it: its workers and fence live on)."""
+        proc = self.procs[f"agent-{host}"]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def start_agent(self, host: str, *extra: str) -> None:
+        """Start `host`'s agent again, with the same data directory and token (and `extra` options)."""
+        old = self.procs.get(f"agent-{host}")
+        assert old is None or old.poll() is not None, f"the agent of {host} still runs"
+        self._agent(host, *extra)
+
+    def cut(self, host: str) -> None:
+        assert isinstance(self.net, Network), "cutting a host off needs network namespaces"
+        self.net.link(host, up=False)
+
+    def heal(self, host: str) -> None:
+        assert isinstance(self.net, Network), "cutting a host off needs network namespaces"
+        self.net.link(host, up=True)
+
+    def host_pids(self, host: str) -> list[int]:
+        assert isinstance(self.net, Network), "processes per host need network namespaces"
+        return self.net.host_pids(host)
 
     def stop(self) -> list[str]:
         """Stop the agents (they kill their workers), the server and the relay; then kill whatever
@@ -187,8 +226,10 @@ class MultiHost:
                     proc.wait(5)
                     raise AssertionError(f"{name} did not stop within 15 s of SIGTERM") from None
         finally:
-            # `corral server` leaves its scheduler to notice (within 0.5 s) that it is gone
-            left = self.net.close(linger=2.0)
+            # `corral server` leaves its scheduler to notice (within 0.5 s) that it is gone; an
+            # agent's fence (corral.agent.fence) outlives it by design and exits IDLE_EXIT seconds
+            # after the last attempt it guards has ended
+            left = self.net.close(linger=IDLE_EXIT + 3.0 if isinstance(self.net, Network) else 2.0)
             for proc in self.procs.values():
                 if proc.poll() is None:
                     proc.kill()

@@ -98,6 +98,18 @@ class Network:
         self.created.append(ns)
         _ip("-n", ns, "link", "set", "lo", "up")
 
+    def link(self, host: str, up: bool) -> None:
+        """Cut `host` off the bridge (its port down: peers see timeouts, not refusals), or heal it."""
+        port = f"port{list(self.hosts).index(host) + 1}"
+        _ip("-n", self.switch, "link", "set", port, "up" if up else "down")
+
+    def host_pids(self, host: str) -> list[int]:
+        """Every process inside `host`'s namespace."""
+        out = subprocess.run(
+            ["ip", "netns", "pids", self.ns(host)], capture_output=True, text=True, check=False
+        )
+        return [int(p) for p in out.stdout.split()]
+
     def run(self, host: str, argv: Sequence[str], log: Path, **kw: Any) -> subprocess.Popen[bytes]:
         """Start `argv` inside `host`'s namespace, in its own session, output to `log`."""
         with open(log, "ab") as out:

@@ -8,6 +8,10 @@
   resumes after the newest checkpoint of an earlier attempt, checkpoints every `$EVERY` steps and
   when asked to, then exits 0. Every step goes to an append-only `$OUT/steps-<RANK>.log`
   (`attempt step`), and events to `$OUT/events.log`; the pid to `$OUT/pid-<attempt>-<RANK>`.
+  A second append-only record, `$OUT/record-<RANK>.log`, has one line when the process begins
+  and one per step: `address attempt begin|step step monotonic wall` (the host's address; one
+  monotonic clock for every namespace of the machine), from which a test proves that two
+  attempts never ran at once.
 - `uneven`: ranks that finish at different times, without any collective at the end.
 """
 
@@ -113,11 +117,19 @@ def steps() -> None:
         assert done == job.resume_step(), (done, job.resume_step())
     event("start", resume_step=done, resume_dir=str(resume) if resume else None)
     print(f"rank {rank} of attempt {attempt}: resuming after step {done}", flush=True)  # its log
+    address = host_identity()["address"]
+    record = open(out / f"record-{rank}.log", "a", buffering=1)  # noqa: SIM115  (lives as long as we do)
+
+    def note(kind: str, step: int) -> None:
+        record.write(f"{address} {attempt} {kind} {step} {time.monotonic():.6f} {time.time():.6f}\n")
+
+    note("begin", done)
     with open(out / f"steps-{rank}.log", "a") as log:
         for step in range(done + 1, total + 1):
             time.sleep(step_s)  # one step of "work"
             log.write(f"{attempt} {step}\n")
             log.flush()
+            note("step", step)
             asked = job.checkpoint_requested()
             if rank == 0 and (step % every == 0 or asked):
                 write_json(job.checkpoint_dir() / "state.json", {"step": step})

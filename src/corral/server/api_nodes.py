@@ -477,12 +477,36 @@ async def heartbeat(request: Request, node: str, beat: Heartbeat) -> Response:
 
 
 def _assignments(ctx: Context, node: str, after: int) -> list[dict[str, Any]]:
-    o = schema.outbox
+    """The node's orders after `after`. The start of an attempt that has already ended (a node cut
+    off before it fetched the order, lost meanwhile, fetches it when it comes back) is sent as a
+    stop: an ended attempt never starts (DESIGN.md 6.1), and the agent's cursor still moves on."""
+    o, a = schema.outbox, schema.attempts
     with ctx.engines.reader.connect() as conn:
         rows = conn.execute(
             select(o.c.seq, o.c.body).where(o.c.node == node, o.c.seq > after).order_by(o.c.seq).limit(1000)
         ).all()
-    return [dict(json.loads(r.body), seq=r.seq) for r in rows]
+        orders = [dict(json.loads(r.body), seq=r.seq) for r in rows]
+        starts = {str(x["job"]) for x in orders if x.get("kind") == "start"}
+        ended: set[tuple[str, int]] = set()
+        if starts:
+            ended = {
+                (r.job_id, r.attempt)
+                for r in conn.execute(
+                    select(a.c.job_id, a.c.attempt).where(a.c.job_id.in_(starts), a.c.state == "ended")
+                )
+            }
+    for i, x in enumerate(orders):
+        if x.get("kind") == "start" and (str(x["job"]), int(x["attempt"])) in ended:
+            orders[i] = {
+                "kind": "stop",
+                "job": x["job"],
+                "attempt": x["attempt"],
+                "grace": 0.0,
+                "signal_in": 0.0,
+                "why": "ended",
+                "seq": x["seq"],
+            }
+    return orders
 
 
 @router.get("/agents/{node}/assignments", tags=["agents"])
