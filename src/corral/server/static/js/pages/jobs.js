@@ -66,6 +66,7 @@ export function mount(el, app, where) {
   const follow = new FollowUp(load);
 
   const setFilters = () => {
+    if (!alive) return; // a debounced keystroke after leaving the page
     filters.state = form.state.value;
     filters.queue = form.queue.value;
     filters.user = form.user.value.trim();

@@ -59,7 +59,7 @@ export function mount(el, app, where) {
     }
   });
   const stop = every(30000, loadSeries);
-  const onResize = debounce(() => series && charts(el, series), 200);
+  const onResize = debounce(() => alive && series && charts(el, series), 200);
   window.addEventListener("resize", onResize);
   loadQueues().then(loadSeries);
   return {
@@ -70,6 +70,7 @@ export function mount(el, app, where) {
       refetchQueues.cancel();
       refetchSeries.cancel();
       window.removeEventListener("resize", onResize);
+      onResize.cancel();
     },
   };
 }

@@ -39,7 +39,7 @@ export function mount(el, app, where) {
     if (events.some((e) => e.event === "start" || e.event === "cluster" || e.attempt != null)) refetch();
   });
   const stop = every(30000, load);
-  const onResize = debounce(() => data && draw(el, data, app), 200);
+  const onResize = debounce(() => alive && data && draw(el, data, app), 200);
   window.addEventListener("resize", onResize);
   load();
   return {
@@ -49,6 +49,7 @@ export function mount(el, app, where) {
       stop();
       refetch.cancel();
       window.removeEventListener("resize", onResize);
+      onResize.cancel();
     },
   };
 }
