@@ -66,6 +66,7 @@ export function mount(el, app, where) {
   };
 
   const loadLog = async (fresh) => {
+    if (!alive) return; // a timer after leaving: the page may show another job now
     const box = el.querySelector("#log");
     if (!box || !job) return;
     if (!job.attempt) {
