@@ -157,10 +157,20 @@ def test_gpu_ranges() -> None:
 def fake_nvml(**overrides: Any) -> types.ModuleType:
     module = types.ModuleType("pynvml")
     memory = types.SimpleNamespace(total=80 * 2**30)
+    switch = types.SimpleNamespace(busId="00000000:0A:00.0")  # an NVSwitch: the far end of every link
+
+    def link_state(h: int, link: int) -> int:
+        if link >= 4:
+            raise RuntimeError("NVML_ERROR_INVALID_ARGUMENT")  # past the GPU's last link
+        return 1
+
     calls = {
         "nvmlInit": lambda: None, "nvmlShutdown": lambda: None, "nvmlDeviceGetCount": lambda: 8,
         "nvmlDeviceGetHandleByIndex": lambda i: i, "nvmlDeviceGetName": lambda h: "NVIDIA H100 80GB HBM3",
-        "nvmlDeviceGetMemoryInfo": lambda h: memory,
+        "nvmlDeviceGetMemoryInfo": lambda h: memory, "nvmlDeviceGetUUID": lambda h: f"GPU-{h}",
+        "nvmlDeviceGetPciInfo": lambda h: types.SimpleNamespace(busId=f"00000000:{0x18 + h:02X}:00.0"),
+        "nvmlDeviceGetNvLinkState": link_state, "nvmlDeviceGetNvLinkRemotePciInfo_v2": lambda h, link: switch,
+        "NVML_FEATURE_ENABLED": 1,
     }  # fmt: skip
     calls.update(overrides)
     for name, fn in calls.items():
@@ -172,6 +182,8 @@ def test_gpus_are_detected_through_nvml(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
     found = detect_gpus()
     assert (found.count, found.model, found.memory_gib, found.why_none) == (8, "H100-80GB", 80.0, "")
+    assert found.uuids == [f"GPU-{i}" for i in range(8)]
+    assert found.nvlink == [list(range(8))]  # every GPU reaches the NVSwitch: one domain
 
 
 def test_no_driver_means_no_gpus_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
