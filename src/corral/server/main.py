@@ -14,6 +14,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Connection, func, select
 
@@ -202,7 +203,17 @@ def serve(opts: ServerOptions) -> None:
         ssl_keyfile=str(opts.tls_key) if opts.tls_key else None,
         timeout_graceful_shutdown=3,  # long polls (agents, `events --follow`) would hold a stop for a minute
     )
-    server = uvicorn.Server(config)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # a shutdown is under way: the scheduler (which got the same signal from the process
+            # group) must not be restarted; uvicorn re-raises the signal after it, so `finally`
+            # below may never run
+            if scheduler is not None:
+                scheduler.stopping.set()
+            super().handle_exit(sig, frame)
+
+    server = Server(config)
     try:
         server.run()
     finally:
