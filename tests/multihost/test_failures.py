@@ -51,6 +51,7 @@ STEP_S = 0.1
 LEASE_S = 20.0  # the defaults this file checks (corral server without --lost-after)
 LOST_AFTER_S = 30.0
 RESUME_WITHIN_S = 60.0  # the issue's bound: cut to work resumed elsewhere
+AWAY_S = 45.0  # an agent killed for longer than lease and lost-after (plus a heartbeat and margin)
 
 
 # ---- the job's own record ---------------------------------------------------------------------
@@ -284,17 +285,18 @@ def test_cut_off_hosts_are_fenced_their_jobs_resume_elsewhere_and_they_return_cl
         wait_checkpoint(outs[h], attempt=1, step=2 * EVERY)
     before = nodes(mh)
     addresses = {h: mh.address(h) for h in AGENT_HOSTS}
-    cut: dict[str, float] = {}
+    cut: dict[str, float] = {}  # wall clock
+    cut_mono: dict[str, float] = {}
 
     with NodeWatch(mh) as watch:
         # h2 first (agent killed, then cut), h1 8 s later: h2 is lost while h1, silent but not yet
         # lost, still has 2 free GPUs, so h2's job may be sent there first, to a host that is cut
         # off: that attempt must end `lost` too and never run, not even when h1 comes back
         mh.kill_agent(killed_host)
-        cut[killed_host] = time.time()
+        cut[killed_host], cut_mono[killed_host] = time.time(), time.monotonic()
         mh.cut(killed_host)
         time.sleep(8)
-        cut[alive_host] = time.time()
+        cut[alive_host], cut_mono[alive_host] = time.time(), time.monotonic()
         mh.cut(alive_host)
 
         # both jobs run again on the spare host, from their checkpoints, within 60 s of the cut
@@ -317,6 +319,9 @@ def test_cut_off_hosts_are_fenced_their_jobs_resume_elsewhere_and_they_return_cl
             assert not alive(pids[h]) and pids[h] not in mh.host_pids(h)
             seen = never_two_at_once(record(out))
             assert seen[1][0] == {addresses[h]} and seen[attempt][0] == {addresses[spare]}, seen
+            # within the lease (20 s, counted from a heartbeat sent before the cut): dead before
+            # the node was declared lost (30 s)
+            assert seen[1][2] - cut_mono[h] <= LEASE_S + 1.5, (h, seen[1][2] - cut_mono[h])
             assert set(seen) == {1, attempt}, seen  # an attempt in between never ran
             newest = resumed_from_checkpoint(mh, out, job_id, attempt)
             assert newest >= 2 * EVERY
@@ -364,8 +369,10 @@ def test_cut_off_hosts_are_fenced_their_jobs_resume_elsewhere_and_they_return_cl
         assert kinds(mh, job_id) == ["start", "lost"] * (final[h] - 1) + ["start"], events(mh, job_id)
         seen = never_two_at_once(record(outs[h]))
         assert set(seen) == {1, final[h]}, seen
-        # an attempt sent to a host while it was cut off was never launched, even once it came back
+        # an attempt sent to a host while it was cut off never ran, and was never even launched
+        # once the host came back: it had ended (lost) by then
         for attempt in range(2, final[h]):
+            assert not (outs[h] / f"pid-{attempt}-0").exists(), attempt
             placed = {
                 p["node"]
                 for e in events(mh, job_id)
@@ -373,8 +380,11 @@ def test_cut_off_hosts_are_fenced_their_jobs_resume_elsewhere_and_they_return_cl
                 for p in e["placement"]
             }
             for host in placed:
-                assert f"job {job_id} attempt {attempt}: starting" not in mh.log(f"agent-{host}"), host
-            assert not (outs[h] / f"pid-{attempt}-0").exists()
+                assert f"job {job_id} attempt {attempt}: starting" not in mh.log(f"agent-{host}"), (
+                    f"the agent of {host} launched attempt {attempt} of {job_id} after it had ended "
+                    "(a start order sent while the host was cut off, delivered when it came back, "
+                    "and run although the agent's lease had expired)"
+                )
 
 
 def test_agent_killed_for_10s_keeps_its_workers(failures: MultiHost, tmp_path: Path) -> None:
@@ -413,23 +423,25 @@ def test_agent_killed_past_its_lease_is_fenced_and_the_job_runs_elsewhere_once(
     wait_checkpoint(out, attempt=1, step=EVERY)
     before = nodes(mh)[host]
 
-    mh.kill_agent(host)
-    killed = time.monotonic()
-    j = wait_attempt(mh, job_id, 2, timeout=LOST_AFTER_S + 15)
-    assert j["attempt"] == 2 and host not in hosts_of(j), j
-    assert fenced(mh, host, job_id, 1) and not alive(pid) and pid not in mh.host_pids(host)
-    never_two_at_once(record(out))
-    resumed_from_checkpoint(mh, out, job_id)
-    requeued_not_restarted(mh, job_id, "lost")
+    with NodeWatch(mh) as watch:
+        mh.kill_agent(host)
+        killed = time.monotonic()
+        j = wait_attempt(mh, job_id, 2, timeout=LOST_AFTER_S + 15)
+        assert j["attempt"] == 2 and host not in hosts_of(j), j
+        assert fenced(mh, host, job_id, 1) and not alive(pid) and pid not in mh.host_pids(host)
+        seen = never_two_at_once(record(out))
+        assert seen[1][2] - killed <= LEASE_S + 1.5, seen[1][2] - killed  # the lease, then the fence
+        resumed_from_checkpoint(mh, out, job_id)
+        requeued_not_restarted(mh, job_id, "lost")
 
-    # back after lease + lost: readmitted (it reports attempt 1, which has ended: killed, unclean
-    # until it is gone), and the job stays where it is: it ran elsewhere once
-    time.sleep(max(0.0, LEASE_S + LOST_AFTER_S - 5 - (time.monotonic() - killed)))
-    mh.start_agent(host)
-    back = wait_for(lambda: (n := nodes(mh)[host])["incarnation"] > before["incarnation"] and n, timeout=30)
-    wait_node(mh, host, "up", timeout=30)
-    assert back["state"] in ("up", "lost"), back
-    time.sleep(2)
+        # started again after AWAY_S: readmitted once clean (it adopts attempt 1, whose workers the
+        # fence killed, and reports it ended), and the job stays where it is: it ran elsewhere once
+        time.sleep(max(0.0, AWAY_S - (time.monotonic() - killed)))
+        mh.start_agent(host)
+        back = wait_node(mh, host, "up", timeout=30)
+        assert back["incarnation"] > before["incarnation"], back
+        time.sleep(2)
+    assert watch.states(host)[-3:] == ["up", "lost", "up"], watch.seen[host]
     j = job(mh, job_id)
     assert j["state"] == "running" and j["attempt"] == 2 and host not in hosts_of(j), j
     assert kinds(mh, job_id) == ["start", "lost", "start"]
