@@ -147,8 +147,8 @@ class Agent(threading.Thread):
 
     def _take(self, order: dict[str, Any]) -> None:
         if order.get("kind") == "start":
-            if order["placement"][0]["node"] != self.agent.node:
-                return  # rank 0's node reports for the attempt
+            # every node of a gang reports its own workers' exit, as real agents do: the attempt
+            # finishes when all have exited 0, and ends at once on a non-zero exit
             self.starts += 1
             now = time.monotonic()
             code = 0 if self.rng.random() < 0.9 else 1
