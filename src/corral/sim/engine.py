@@ -12,15 +12,26 @@ from __future__ import annotations
 import gc
 import heapq
 import random
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
 from corral.config.cluster_file import ClusterConfig
-from corral.core.cycle import schedule
+from corral.core.cycle import schedule, to_placement
 from corral.core.decisions import CycleResult
 from corral.core.errors import TraceError
-from corral.core.model import JobId, JobSpec, NodeName, NodeState, QueueName, QueueSpec, Topology
+from corral.core.model import (
+    INFINITY,
+    JobId,
+    JobSpec,
+    NodeName,
+    NodeState,
+    Placement,
+    QueueName,
+    QueueSpec,
+    Topology,
+)
 from corral.core.placement import Request
 from corral.core.plugins import Profile
 from corral.core.request import request_for
@@ -96,6 +107,11 @@ class Simulation:
         self._n = 0
         self.rng = random.Random(options.seed)
         self.on_progress: Callable[[int], None] | None = None  # called with the jobs submitted so far
+        self.on_cycle: Callable[[CycleResult], None] | None = None  # called with every cycle's decisions
+        self._begun = False
+        self._arrived = 0  # arrivals submitted so far
+        self._last_cycle = -1e300
+        self._cycle_due = False
 
     # ---- set-up --------------------------------------------------------------------------
     def _job(self, t: TraceJob, seq: int) -> _Job:
@@ -138,52 +154,117 @@ class Simulation:
 
     # ---- the loop -----------------------------------------------------------------------
     def run(self) -> SimStats:
+        """Replay the whole trace."""
+        self.begin()
+        while self.step():
+            pass
+        return self.stats
+
+    def begin(self) -> None:
+        """Log the cluster and draw the first node failures; `step` then plays one instant at a time."""
+        if self._begun:
+            return
+        self._begun = True
         gc.freeze()  # the trace and the cluster live for the whole run: keep them out of collections
         c = self.cluster
         self.log.cluster(c.topology, c.nodes, c.queues, c.priority_classes)
         if self.options.node_mtbf:
             for name in self.state.node_ids:
                 self._push(self.rng.expovariate(1.0 / self.options.node_mtbf), _FAIL_NODE, name)
-        arrivals, i, n = self.arrivals, 0, len(self.arrivals)
-        events = self.events
-        last_cycle = -1e300
-        cycle_due = False
-        now = 0.0
-        while i < n or events:
-            if i >= n and not self.state.jobs and not self.state.running:
-                break  # only node failures and repairs are left: the trace is done
-            t_next = arrivals[i].trace.submit_time if i < n else float("inf")
-            if events and events[0][0] <= t_next:
-                t_next = events[0][0]
-            now = t_next
-            changed = False
-            while events and events[0][0] == now:
-                _, kind, _, payload = heapq.heappop(events)
-                if kind == _CYCLE:
-                    cycle_due = True
-                else:
-                    changed |= self._handle(kind, payload, now)
-            while i < n and arrivals[i].trace.submit_time == now:
-                self._submit(arrivals[i], now)
-                i += 1
-                changed = True
-                if self.on_progress is not None and not i % 1024:
-                    self.on_progress(i)
-            if not (changed or cycle_due) or not self.state.jobs:
-                continue
-            if now - last_cycle < self.options.min_interval:
-                if not cycle_due:
-                    self._push(last_cycle + self.options.min_interval, _CYCLE, None)
-                    cycle_due = True
-                continue
-            cycle_due = False
-            last_cycle = now
-            self._cycle(now)
-            if not events and i >= n and self.state.jobs and not self.state.running:
-                self._stuck(now)
-                break
-        self.stats.end_time = now
-        return self.stats
+
+    def next_time(self) -> float:
+        """The instant `step` plays next: the next arrival or event (infinity when none is left)."""
+        i = self._arrived
+        t = self.arrivals[i].trace.submit_time if i < len(self.arrivals) else INFINITY
+        return min(t, self.events[0][0]) if self.events else t
+
+    def step(self) -> bool:
+        """Play the next instant: its events (endings first), its arrivals, then a cycle if due.
+
+        False when the replay is over: nothing is left, or only node failures and repairs are
+        (the trace is done), or nothing runs and nothing will arrive (the rest is rejected).
+        """
+        arrivals, events, state = self.arrivals, self.events, self.state
+        i, n = self._arrived, len(arrivals)
+        if (i >= n and not events) or (i >= n and not state.jobs and not state.running):
+            return False
+        t_next = arrivals[i].trace.submit_time if i < n else INFINITY
+        if events and events[0][0] <= t_next:
+            t_next = events[0][0]
+        now = self.stats.end_time = t_next
+        changed = False
+        while events and events[0][0] == now:
+            _, kind, _, payload = heapq.heappop(events)
+            if kind == _CYCLE:
+                self._cycle_due = True
+            else:
+                changed |= self._handle(kind, payload, now)
+        while i < n and arrivals[i].trace.submit_time == now:
+            self._submit(arrivals[i], now)
+            i += 1
+            changed = True
+            if self.on_progress is not None and not i % 1024:
+                self.on_progress(i)
+        self._arrived = i
+        if not (changed or self._cycle_due) or not state.jobs:
+            return True
+        interval = self.options.min_interval
+        if now - self._last_cycle < interval:
+            if not self._cycle_due:
+                self._push(self._last_cycle + interval, _CYCLE, None)
+                self._cycle_due = True
+            return True
+        self._cycle_due = False
+        self._last_cycle = now
+        self._cycle(now)
+        if not events and i >= n and state.jobs and not state.running:
+            self._stuck(now)
+            return False
+        return True
+
+    # ---- jobs given one by one (tests, what-if tools) ---------------------------------------
+    def add(self, spec: JobSpec, duration: float, checkpoint_interval: float | None = None) -> None:
+        """Submit one more job at `spec.submit_time`, which must not be before `next_time()`.
+
+        Its spec is taken as given (queue, class and time limit already resolved); it arrives
+        after the jobs already due at the same time.
+        """
+        job = _Job(self._trace_of(spec, duration, checkpoint_interval), spec, duration)
+        times = [a.trace.submit_time for a in self.arrivals[self._arrived :]]
+        self.arrivals.insert(self._arrived + bisect_right(times, spec.submit_time), job)
+        self.stats.jobs += 1
+
+    def restore(
+        self,
+        spec: JobSpec,
+        duration: float,
+        placement: Sequence[tuple[NodeName, Sequence[int]]],
+        started: float,
+    ) -> None:
+        """A job that already runs on exactly these GPUs since `started` (a cluster's current work).
+
+        It is logged as submitted and started at `started`, which must not be before the instants
+        already played, and ends `duration` seconds of work after it (or at its time limit).
+        """
+        state = self.state
+        job = _Job(self._trace_of(spec, duration, None), spec, duration)
+        self.jobs[spec.id] = job
+        self.stats.jobs += 1
+        self._submit(job, started)
+        pending = state.remove_pending(spec.id)
+        state.unchecked.remove(pending)
+        masks = [(state.node_ids[node], sum(1 << g for g in gpus)) for node, gpus in placement]
+        attempt = state.start(pending, masks, started)
+        state.plan.commit()
+        self._launch(spec.id, attempt.attempt, to_placement(state, masks), False, started)
+
+    def _trace_of(self, spec: JobSpec, duration: float, checkpoint_interval: float | None) -> TraceJob:
+        return TraceJob(
+            job_id=spec.id, submit_time=spec.submit_time, duration=duration, gpus=spec.gpus, queue=spec.queue,
+            replicas=spec.replicas, gpus_per_replica=spec.gpus_per_replica, priority=spec.priority_class,
+            gpu_model=spec.gpu_model, time_limit=spec.time_limit, preemptible=spec.preemptible,
+            checkpoint_interval=checkpoint_interval, user=spec.user or None,
+        )  # fmt: skip
 
     def _stuck(self, now: float) -> None:
         """Nothing runs and nothing will arrive: the rest can never start (e.g. nodes down forever)."""
@@ -210,6 +291,8 @@ class Simulation:
     def _cycle(self, now: float) -> None:
         self.stats.cycles += 1
         result = schedule(self.state, self.profile, now)
+        if self.on_cycle is not None:
+            self.on_cycle(result)
         for r in result.rejections:
             self.log.emit({"event": "reject", "t": now, "job": r.job, "reason": r.reason})
             del self.jobs[r.job]
@@ -228,31 +311,37 @@ class Simulation:
         self._starts(result, now)
 
     def _starts(self, result: CycleResult, now: float) -> None:
-        state = self.state
         for s in result.starts:
-            job = self.jobs[s.job]
-            attempt = state.running[s.job]
-            span = _span(state, attempt.placement)
-            req = attempt.job.request
-            if not isinstance(req, Request):
-                req = request_for(state, job.spec, self.profile.filters, attempt.job.shape)
-            ideal = self.ideal.of(req)
-            job.attempt, job.started = s.attempt, now
-            job.factor = self.options.slowdown.factor(span, ideal)
-            names = state.topology.span_names
-            self.log.emit(
-                {
-                    "event": "start", "t": now, "job": s.job, "attempt": s.attempt,
-                    "placement": placement_json(s.placement), "span": names[span], "ideal_span": names[ideal],
-                    "backfilled": s.backfilled,
-                }
-            )  # fmt: skip
-            run_time = job.work * job.factor
-            limit = job.spec.time_limit
-            if limit is not None and limit < run_time:
-                self._push(now + limit, _END, (s.job, s.attempt, "time_limit"))
-            else:
-                self._push(now + run_time, _END, (s.job, s.attempt, None))
+            self._launch(s.job, s.attempt, s.placement, s.backfilled, now)
+
+    def _launch(
+        self, job_id: str, attempt_no: int, placement: Placement, backfilled: bool, now: float
+    ) -> None:
+        """An attempt started: its slowdown, its `start` event, and when it ends."""
+        state = self.state
+        job = self.jobs[job_id]
+        attempt = state.running[JobId(job_id)]
+        span = _span(state, attempt.placement)
+        req = attempt.job.request
+        if not isinstance(req, Request):
+            req = request_for(state, job.spec, self.profile.filters, attempt.job.shape)
+        ideal = self.ideal.of(req)
+        job.attempt, job.started = attempt_no, now
+        job.factor = self.options.slowdown.factor(span, ideal)
+        names = state.topology.span_names
+        self.log.emit(
+            {
+                "event": "start", "t": now, "job": job_id, "attempt": attempt_no,
+                "placement": placement_json(placement), "span": names[span], "ideal_span": names[ideal],
+                "backfilled": backfilled,
+            }
+        )  # fmt: skip
+        run_time = job.work * job.factor
+        limit = job.spec.time_limit
+        if limit is not None and limit < run_time:
+            self._push(now + limit, _END, (job_id, attempt_no, "time_limit"))
+        else:
+            self._push(now + run_time, _END, (job_id, attempt_no, None))
 
     # ---- events -------------------------------------------------------------------------
     def _handle(self, kind: int, payload: object, now: float) -> bool:
