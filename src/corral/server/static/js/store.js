@@ -32,7 +32,8 @@ export class ClusterStore {
   }
 
   emit(change) {
-    for (const fn of [...this.listeners]) fn(change);
+    // a listener may unmount a page (and remove its own or another's listener) meanwhile
+    for (const fn of [...this.listeners]) if (this.listeners.has(fn)) fn(change);
   }
 
   /** The first load (shared by every page that draws the cluster). */

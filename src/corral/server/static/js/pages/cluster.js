@@ -48,7 +48,9 @@ export function mount(el, app) {
     summary(el, store);
     legend(el, app, map);
   };
+  let alive = true;
   const off = store.on((change) => {
+    if (!alive) return; // unmounted while a load was in flight
     if (change.full) draw();
     else if (change.nodes) {
       map.update(change.nodes);
@@ -60,7 +62,7 @@ export function mount(el, app) {
     store.refreshNodes().catch(() => {});
   } else {
     const box = el.querySelector("#map");
-    store.load().catch((err) => (box.innerHTML = errorBox(err, "cannot load the cluster")));
+    store.load().catch((err) => alive && (box.innerHTML = errorBox(err, "cannot load the cluster")));
   }
   const stopNodes = every(15000, () => store.refreshNodes().catch(() => {}));
   const stopStarting = every(3000, () => {
@@ -69,6 +71,7 @@ export function mount(el, app) {
   });
   return {
     unmount() {
+      alive = false;
       off();
       stopNodes();
       stopStarting();
