@@ -156,3 +156,19 @@ def test_an_unhealthy_gpu_requeues_its_gang_and_drains_the_node(lab: Server) -> 
     assert ending and ending[0]["event"] == "preempt" and "unhealthy GPU dgx01:3" in ending[0]["reason"]
     one.close()
     two.close()
+
+
+def test_processes_that_survive_a_kill_keep_new_work_off_the_node(lab: Server) -> None:
+    one = Beating(lab, "dgx01")
+    one.start()
+    r = one.beat(unclean=["j7/1"])
+    assert r.status_code == 200, r.text
+    stuck = node(lab, "dgx01")
+    assert stuck["state"] == "draining" and "processes of j7/1 survived their kill" in stuck["reason"]
+    job_id = submit(lab, gpus_per_replica=8)
+    assert not one.orders(wait=1.5)  # no new work while they remain
+    assert one.beat(unclean=[]).status_code == 200
+    assert node(lab, "dgx01")["state"] == "up"
+    orders = wait_for(lambda: one.orders(wait=1), timeout=15)
+    assert orders[0]["job"] == job_id
+    one.close()

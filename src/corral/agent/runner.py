@@ -320,6 +320,7 @@ class Attempt:
             self.group.kill()
             if not self.group.empty(wait=KILL_AFTER):
                 log.error("job %s attempt %s: processes survive in %s", self.job, self.number, self.group.v2)
+                self.agent.unclean[f"{self.job}/{self.number}"] = self.group  # no new work till empty
                 return
         self.group.remove()
 
@@ -419,6 +420,7 @@ class Agent:
         self.interval = 5.0
         self.after = 0
         self.attempts: dict[tuple[str, int], Attempt] = {}
+        self.unclean: dict[str, Group] = {}  # "job/attempt" -> its cgroup, where processes survive
         self.done: set[tuple[str, int]] = set()
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -497,7 +499,10 @@ class Agent:
                     except Exception as exc:  # a failing NVML must not stop the lease
                         log.warning("NVML sample: %s", exc)
                 sent = time.monotonic()
-                out = self.api.heartbeat(self.node, self.incarnation, samples, self.health.unhealthy())
+                unclean = self._still_unclean()
+                out = self.api.heartbeat(
+                    self.node, self.incarnation, samples, self.health.unhealthy(), unclean=unclean
+                )
                 records.write_lease(self.data_dir, sent + float(out.get("lease_s", LEASE)))
                 if self.attempts:
                     fence.ensure(self.data_dir)
@@ -507,6 +512,17 @@ class Agent:
                         self.register()
                 elif not err.is_unreachable:
                     log.warning("heartbeat: %s", err.message)
+
+    def _still_unclean(self) -> list[str]:
+        """Attempts whose processes survived their kill (a task stuck in the kernel): killed again
+        at each heartbeat; the server gives the node no work while any remain (DESIGN.md 6.1)."""
+        for name, group in list(self.unclean.items()):
+            group.kill()
+            if group.empty(wait=0.2):
+                group.remove()
+                del self.unclean[name]
+                log.info("attempt %s: its cgroup is empty at last", name)
+        return sorted(self.unclean)
 
     def report(
         self,

@@ -161,9 +161,13 @@ class Client:
         incarnation: int,
         gpus: list[dict[str, Any]] | None = None,
         unhealthy: dict[str, str] | None = None,
+        unclean: list[str] | None = None,
     ) -> JsonObject:
-        """Renew the node's lease; says its GPUs' NVML figures and which are unhealthy."""
+        """Renew the node's lease; says its GPUs' NVML figures, which are unhealthy, and which
+        attempts left processes it could not kill."""
         body: dict[str, Any] = {"incarnation": incarnation}
+        if unclean is not None:
+            body["unclean"] = unclean
         if gpus is not None:
             body["gpus"] = gpus
         if unhealthy is not None:

@@ -430,6 +430,7 @@ class Heartbeat(BaseModel):
     incarnation: int
     gpus: list[GpuSample] | None = Field(None, max_length=64, description="NVML samples, where present")
     unhealthy: dict[str, str] | None = Field(None, description="GPU index -> why it is unhealthy")
+    unclean: list[str] | None = Field(None, description="attempts whose processes survived a kill")
 
 
 def _incarnation(ctx: Context, node: str, incarnation: int) -> None:
@@ -466,6 +467,12 @@ async def heartbeat(request: Request, node: str, beat: Heartbeat) -> Response:
     ctx.heartbeats[node] = time.monotonic()
     if beat.gpus is not None:
         ctx.gpu_samples[node] = [g.model_dump() for g in beat.gpus]
+    if beat.unclean is not None and bool(beat.unclean) != (node in ctx.unclean):
+        from corral.server.liveness import apply_unclean
+
+        stuck = list(beat.unclean)
+        await ctx.write(lambda conn: apply_unclean(ctx, conn, node, stuck))
+        ctx.invalidate_model()
     if beat.unhealthy is not None and beat.unhealthy != ctx.gpu_health.get(node, {}):
         from corral.server.liveness import apply_gpu_health
 

@@ -185,6 +185,7 @@ class Context:
         self.lost: set[str] = set()  # nodes declared lost whose agents have not registered again
         self.maintenance = 0.0  # Unix time planned maintenance ends (0: none)
         self.gpu_health: dict[str, dict[str, str]] = {}  # node -> unhealthy GPUs as last written
+        self.unclean: set[str] = set()  # nodes drained because processes survived a kill
         self._model_lock = threading.Lock()
         self._model: tuple[ClusterModel, ClusterState] | None = None
         self.doorbell = Doorbell("api")

@@ -92,6 +92,13 @@ class Liveness:
 
     def start(self) -> None:
         load_maintenance(self.ctx)
+        n = schema.nodes
+        with self.ctx.engines.reader.connect() as conn:  # drained for survivors before a restart
+            self.ctx.unclean.update(
+                conn.execute(
+                    select(n.c.name).where(n.c.state == "draining", n.c.reason.startswith(UNCLEAN))
+                ).scalars()
+            )
         self.thread.start()
 
     def close(self) -> None:
@@ -172,3 +179,26 @@ def apply_gpu_health(
     state = values.get("state", row.state)
     ctx.journal(conn, [{"event": "x.node", "node": node, "state": state, "unhealthy": unhealthy}])
     return {"unhealthy": unhealthy, "stopped": stopped, "state": state}
+
+
+UNCLEAN = "unclean: "
+
+
+def apply_unclean(ctx: Context, conn: Connection, node: str, stuck: list[str]) -> None:
+    """Processes the agent could not kill: the node drains (no new work) until they are gone,
+    then takes work again, unless someone changed its state meanwhile."""
+    n = schema.nodes
+    row = conn.execute(select(n.c.state, n.c.reason).where(n.c.name == node)).first()
+    if row is None:
+        return
+    if stuck and row.state == "up":
+        reason = UNCLEAN + "processes of " + ", ".join(stuck[:5]) + " survived their kill"
+        conn.execute(update(n).where(n.c.name == node).values(state="draining", reason=reason))
+        ctx.journal(conn, [{"event": "x.node", "node": node, "state": "draining", "reason": reason}])
+    elif not stuck and row.state == "draining" and row.reason.startswith(UNCLEAN):
+        conn.execute(update(n).where(n.c.name == node).values(state="up", reason=""))
+        ctx.journal(conn, [{"event": "x.node", "node": node, "state": "up"}])
+    if stuck:
+        ctx.unclean.add(node)
+    else:
+        ctx.unclean.discard(node)
