@@ -67,14 +67,17 @@ async def play(args: argparse.Namespace, token: str) -> dict[str, Any]:
         default_run=args.default_run, honour_grace=args.honour_grace, seed=args.seed,
     )  # fmt: skip
     fleet = Fleet(args.server, nodes, tokens, options)
-    await fleet.register()
+    await fleet.register(args.register_concurrency)
     joined = time.monotonic() - started
     print(f"fleet: {len(nodes)} nodes registered in {joined:.1f} s", file=sys.stderr, flush=True)
     gc.collect()
     gc.freeze()  # the nodes live for the whole run: keep them out of the collector's way
-    if args.ready_file:
-        Path(args.ready_file).write_text(json.dumps({"nodes": len(nodes), "joined_s": joined}))
     loop = asyncio.get_running_loop()
+    if args.ready_file:  # once every node's first long poll has been sent
+        ready = Path(args.ready_file)
+        loop.call_later(
+            fleet.poll_spread + 0.5, ready.write_text, json.dumps({"nodes": len(nodes), "joined_s": joined})
+        )
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, fleet.stop)
     if args.duration:
@@ -106,8 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--default-run", type=float, default=60.0, help="seconds any other job runs")
     parser.add_argument("--honour-grace", action="store_true", help="a stopped job exits after its grace")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--register-concurrency",
+        type=int,
+        default=32,
+        help="registrations in flight (1: in the nodes' order)",
+    )
     parser.add_argument("--stats-out", help="write counts and every request's latency here (JSON)")
-    parser.add_argument("--ready-file", help="write this file once every node has registered")
+    parser.add_argument("--ready-file", help="write this file once every node has registered and polls")
     args = parser.parse_args(argv)
     token = (
         Path(args.token_file).read_text().strip() if args.token_file else os.environ.get("CORRAL_TOKEN", "")

@@ -13,6 +13,7 @@ connections; every request's latency is recorded (`stats.Recorder`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import random
 import time
@@ -101,12 +102,13 @@ class Fleet:
 
     # ---- joining ----------------------------------------------------------------------------
     async def register(self, concurrency: int = 32) -> None:
-        """Register every node (a few at a time); raises if one is refused."""
-        todo = list(self.nodes)
+        """Register every node, `concurrency` at a time, in order (with 1, nodes come up in exactly
+        the order of the list, as the simulator's nodes do); raises if one is refused."""
+        todo = collections.deque(self.nodes)
 
         async def worker() -> None:
             while todo:
-                await self._register(todo.pop())
+                await self._register(todo.popleft())
 
         await asyncio.gather(*(worker() for _ in range(min(concurrency, len(todo)) or 1)))
 
@@ -140,7 +142,7 @@ class Fleet:
         for i, node in enumerate(self.nodes):
             phase = self.interval * i / max(1, len(self.nodes))
             self.spawn(self._beats(node, phase))
-            self.spawn(self._polls(node, self._rng.uniform(0.0, min(2.0, self.interval))))
+            self.spawn(self._polls(node, self._rng.uniform(0.0, self.poll_spread)))
         await self._stopping.wait()
         for task in list(self._tasks):
             task.cancel()
@@ -150,6 +152,11 @@ class Fleet:
 
     def stop(self) -> None:
         self._stopping.set()
+
+    @property
+    def poll_spread(self) -> float:
+        """Seconds over which the first long polls are sent (2,000 a second at most)."""
+        return max(0.5, len(self.nodes) / 2000)
 
     async def _beats(self, node: Node, phase: float) -> None:
         loop = asyncio.get_running_loop()

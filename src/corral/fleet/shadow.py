@@ -25,6 +25,10 @@ class FirstStart:
     start: float
     rank: int  # in the order of first starts (by seq)
     placement: Placement
+    # per node of the placement, (its free GPUs just before, GPUs taken), sorted: two placements
+    # with the same shape are equally good to the core (ties between such nodes are broken by
+    # the order they entered their free-count bucket, i.e. by history, not by state)
+    shape: tuple[tuple[int, int], ...]
 
     @property
     def wait(self) -> float:
@@ -35,32 +39,51 @@ class FirstStart:
         return frozenset(node for node, _ in self.placement)
 
 
+ENDINGS = ("finish", "fail", "preempt", "lost", "restart", "cancel")
+
+
 def first_starts(
     events: Iterable[Mapping[str, Any]], names: Mapping[str, str] | None = None, origin: float = 0.0
 ) -> dict[str, FirstStart]:
     """Each job's first start: job id (renamed by `names` when given; others dropped) -> FirstStart."""
     submits: dict[str, float] = {}
     out: dict[str, FirstStart] = {}
+    free: dict[str, int] = {}
+    held: dict[tuple[str, int], list[tuple[str, int]]] = {}  # live attempt -> (node, GPUs) per entry
     for e in sorted(events, key=lambda e: e["seq"]):
-        job = e.get("job")
-        if job is None:
+        kind, job = e["event"], e.get("job")
+        if kind == "cluster":
+            free.update({n["name"]: n["gpus"] for n in e["nodes"] if n["name"] not in free})
+        elif kind in ENDINGS:
+            for node, gpus in held.pop((str(job), int(e.get("attempt") or 0)), []):
+                free[node] += gpus
+        if job is None or kind not in ("submit", "start"):
             continue
         key = names.get(job) if names is not None else job
-        if key is None:
-            continue
-        if e["event"] == "submit":
+        if kind == "start":
+            taken = [(p["node"], len(p["gpus"])) for p in e["placement"]]
+            per_node: dict[str, int] = {}
+            for node, gpus in taken:
+                per_node[node] = per_node.get(node, 0) + gpus
+            shape = tuple(sorted((free.get(node, 0), gpus) for node, gpus in per_node.items()))
+            for node, gpus in taken:
+                free[node] = free.get(node, 0) - gpus
+            held[(job, e["attempt"])] = taken
+            if key is not None and key not in out and key in submits:
+                placement = tuple((p["node"], tuple(p["gpus"])) for p in e["placement"])
+                out[key] = FirstStart(submits[key], e["t"] - origin, len(out), placement, shape)
+        elif key is not None:
             submits[key] = e["t"] - origin
-        elif e["event"] == "start" and key not in out and key in submits:
-            placement = tuple((p["node"], tuple(p["gpus"])) for p in e["placement"])
-            out[key] = FirstStart(submits[key], e["t"] - origin, len(out), placement)
     return out
 
 
-def attempt_times(
+def live_timing(
     events: Iterable[Mapping[str, Any]], names: Mapping[str, str], origin: float
 ) -> dict[str, tuple[float, float]]:
-    """Job -> (submit, run time of its first attempt) as the live log shows them: what the
-    simulator needs to replay the live run's timing (`bench/shadow_replay.py`, the timed replay)."""
+    """Job -> (submit, run time of its first attempt) as a live log shows them: what the simulator
+    needs to replay the live run's timing (the timed replay). The run time is from the attempt's
+    start to its ending as the scheduler recorded both, so it includes the latencies of the start
+    order, of the agent's exit report and of the cycle that took the report in."""
     submit: dict[str, float] = {}
     started: dict[str, float] = {}
     out: dict[str, tuple[float, float]] = {}
@@ -84,6 +107,7 @@ class Comparison:
     only_live: int
     same_placement: float  # fraction with the same first placement (node and GPU indices)
     same_nodes: float  # fraction with the same set of nodes
+    same_shape: float  # fraction with placements equally good to the core (same `FirstStart.shape`)
     identical_prefix: int  # first starts identical (job, order and placement) before the first difference
     rank_correlation: float  # Spearman's rho of the order of first starts
     displacement_p90: float  # |rank in one log - rank in the other|, 90th percentile
@@ -133,6 +157,7 @@ def compare(sim: Mapping[str, FirstStart], live: Mapping[str, FirstStart], toler
     return Comparison(
         jobs=n, only_sim=len(set(sim) - set(live)), only_live=len(set(live) - set(sim)),
         same_placement=same(common), same_nodes=mean([float(live[k].nodes == sim[k].nodes) for k in common]),
+        same_shape=mean([float(live[k].shape == sim[k].shape) for k in common]),
         identical_prefix=prefix, rank_correlation=rho,
         displacement_p90=percentile([float(m) for m in moved], 90),
         waited_sim=sum(sim[k].wait > tolerance for k in common),
@@ -153,6 +178,7 @@ LABELS = {
     "only_live": "started only live",
     "same_placement": "same first placement (nodes and GPUs)",
     "same_nodes": "same set of nodes",
+    "same_shape": "equally good placement (same free GPUs on the nodes taken)",
     "identical_prefix": "first starts identical before the first difference",
     "rank_correlation": "rank correlation of the start order (Spearman)",
     "displacement_p90": "start-order displacement p90 (ranks)",
@@ -198,6 +224,6 @@ def _fmt(value: float, key: str, scale: float) -> str:
         return "-"
     if key in SECONDS:
         return f"{value:.3f}" + (f" ({value * scale:,.0f})" if scale != 1 else "")
-    if key in ("same_placement", "same_nodes", "same_placement_unwaited", "same_placement_waited"):
+    if key.startswith("same_"):
         return f"{100 * value:.1f} %"
     return f"{value:.3f}"
