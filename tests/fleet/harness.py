@@ -89,12 +89,14 @@ def run_live(
     policy: str = "default",
     timeout: float = 600.0,
     fleet_args: tuple[str, ...] = ("--register-concurrency", "1"),
-    sample: Callable[[Server], dict[str, float]] | None = None,
-    after: Callable[[Server], None] | None = None,
+    before: Callable[[Server, int], None] | None = None,
+    sample: Callable[[Server, int], dict[str, float]] | None = None,
+    after: Callable[[Server, int], None] | None = None,
 ) -> LiveRun:
     """Start the server and the fleet, submit `jobs` on the wall clock, wait until each has
-    started (or `timeout` s after the last submission); `sample(server)` runs every second and
-    `after(server)` once at the end, both while the server still runs."""
+    started (or `timeout` s after the last submission). The hooks get the server and the fleet's
+    pid: `before` once the fleet is ready (before the first submission), `sample` every second
+    and `after` once every job has started, all while the server and the fleet still run."""
     server = Server(f"sqlite:///{tmp / 'corral.db'}", tmp / "data", cluster, extra=["--policy", policy])
     server.start(timeout=120)
     fleet: subprocess.Popen[bytes] | None = None
@@ -111,6 +113,8 @@ def run_live(
             if fleet.poll() is not None:
                 raise RuntimeError(f"the fleet exited: {(tmp / 'fleet.log').read_text()[-3000:]}")
             time.sleep(0.1)
+        if before is not None:
+            before(server, fleet.pid)
         origin = time.time() + 1.0
         box: list[Submitted] = []
         submitter = threading.Thread(target=lambda: box.append(submit_paced(server.url, token, jobs, origin)))
@@ -122,13 +126,13 @@ def run_live(
             time.sleep(1.0)
             started.update(e["job"] for e in tail.poll() if e["event"] == "start")
             if sample is not None:
-                for key, value in sample(server).items():
+                for key, value in sample(server, fleet.pid).items():
                     samples.setdefault(key, []).append(value)
             if box and set(box[0].ids.values()) <= started:
                 break
         submitter.join()
         if after is not None:
-            after(server)
+            after(server, fleet.pid)
         tail.poll()
         tail.close()
         submitted = box[0]
