@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 import pytest
 
+from corral.agent.records import read_record
 from tests.multihost.cluster import (
     AGENT_HOSTS,
     MultiHost,
@@ -380,38 +381,51 @@ def test_cut_off_hosts_are_fenced_their_jobs_resume_elsewhere_and_they_return_cl
                 for p in e["placement"]
             }
             for host in placed:
-                assert f"job {job_id} attempt {attempt}: starting" not in mh.log(f"agent-{host}"), (
+                launched = read_record(mh.agent_dir(host) / "run" / job_id / f"attempt-{attempt}")
+                assert launched is None or not launched["ranks"], (
                     f"the agent of {host} launched attempt {attempt} of {job_id} after it had ended "
                     "(a start order sent while the host was cut off, delivered when it came back, "
-                    "and run although the agent's lease had expired)"
+                    f"and run although the agent's lease had expired): {launched}"
                 )
 
 
 def test_agent_killed_for_10s_keeps_its_workers(failures: MultiHost, tmp_path: Path) -> None:
-    mh, host, out = failures, AGENT_HOSTS[0], tmp_path / "out"
+    mh, host = failures, AGENT_HOSTS[0]
+    out, other = tmp_path / "out", tmp_path / "cancelled"
     steps = 250  # 25 s of work: it ends after the agent is back
-    job_id = place_on(mh, host, out, steps=steps, gpus_per_replica=4)
-    pid = int(wait_file(out / "pid-1-0"))
+    job_id = place_on(mh, host, out, steps=steps, gpus_per_replica=2)
+    cancelled = place_on(mh, host, other, gpus_per_replica=2, name="cancelled")
+    pids = {o: int(wait_file(o / "pid-1-0")) for o in (out, other)}
     wait_checkpoint(out, attempt=1, step=EVERY)
     before = nodes(mh)[host]
 
     mh.kill_agent(host)
-    time.sleep(10)
-    assert alive(pid) and pid in mh.host_pids(host)
+    killed = time.monotonic()
+    time.sleep(2)
+    with mh.client() as c:  # an order for the node while its agent is down
+        assert c.post(f"/v1/jobs/{cancelled}/cancel").status_code == 200
+    time.sleep(max(0.0, 10 - (time.monotonic() - killed)))
+    for pid in pids.values():
+        assert alive(pid) and pid in mh.host_pids(host)
     mh.start_agent(host)
     back = wait_for(lambda: (n := nodes(mh)[host])["incarnation"] > before["incarnation"] and n, timeout=30)
     assert back["state"] == "up", back
 
-    # the same worker runs on, reported by the new incarnation; the job finishes on attempt 1
-    assert alive(pid), "the restarted agent (or the fence) killed the worker"
+    # the same workers run on, adopted and reported by the new incarnation
+    assert alive(pids[out]), "the restarted agent (or the fence) killed the worker"
     assert job(mh, job_id)["attempt"] == 1
+    assert mh.log(f"agent-{host}").count("adopted 1 running ranks") == 2
+    # the cancel sent while the agent was down reaches its workers: saved, ended `cancelled`
+    ended = wait_state(mh, cancelled, "cancelled", timeout=20)
+    assert ended["attempt"] == 1, ended
+    assert worker_events(other, "checkpoint", attempt=1, asked=True), worker_events(other)
+    # the other job finishes on attempt 1, every step done once
     done = wait_state(mh, job_id, "finished", timeout=40)
     assert done["attempt"] == 1 and done["restarts"] == 0, done
     assert kinds(mh, job_id) == ["start", "finish"], events(mh, job_id)
     assert steps_done(out, 0, 1) == list(range(1, steps + 1))
     assert {x.attempt for x in record(out)} == {1}
-    assert not fenced(mh, host, job_id, 1)
-    assert "adopted 1 running ranks" in mh.log(f"agent-{host}")
+    assert not fenced(mh, host, job_id, 1) and not fenced(mh, host, cancelled, 1)
 
 
 def test_agent_killed_past_its_lease_is_fenced_and_the_job_runs_elsewhere_once(

@@ -1,6 +1,8 @@
-"""An ended attempt never starts (DESIGN.md 6.1): a node that was lost before it fetched a start
-order, and asks for its orders when it comes back, is sent that start as a stop (`why: ended`),
-so its agent does not launch the attempt and its cursor still moves past it."""
+"""Orders across an agent's absence (DESIGN.md 6.1). An ended attempt never starts: a node that was
+lost before it fetched a start order, and asks for its orders when it comes back, is sent that
+start as a stop (`why: ended`), so its agent does not launch the attempt and its cursor still
+moves past it. A stop sent while an agent was down reaches it once it registers again (the
+registration hands it a cursor past every older order)."""
 
 from __future__ import annotations
 
@@ -37,5 +39,36 @@ def test_the_start_of_an_attempt_that_ended_is_served_as_a_stop(tmp_path: Path) 
         assert (start["kind"], start["job"], start["attempt"]) == ("start", job_id, 2), start
         one.close()
         two.close()
+    finally:
+        srv.stop()
+
+
+def test_a_stop_sent_while_the_agent_was_down_reaches_it_after_it_registers_again(tmp_path: Path) -> None:
+    srv = lost_after_server(tmp_path, LAB, 30.0)
+    try:
+        one = FakeAgent(srv, "dgx01", 8, "H100-80GB")
+        one.register()
+        with srv.client() as c:
+            r = c.post("/v1/jobs", json={"queue": "research", "command": ["train"], "gpus_per_replica": 8})
+            assert r.status_code == 201, r.text
+            job_id = r.json()["id"]
+        (start,) = wait_for(lambda: one.orders(wait=1), timeout=10)
+        assert start["kind"] == "start" and one.report(job_id, 1, "running").status_code == 200
+        # the agent is down: the job is cancelled meanwhile
+        with srv.client() as c:
+            assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+        # started again, it registers with the attempt it adopted and reads on from its new cursor
+        r = one.http.post(
+            "/v1/agents/register", json={**one.inventory, "running": [{"job": job_id, "attempt": 1}]}
+        )
+        assert r.status_code == 200 and r.json()["live"] == [{"job": job_id, "attempt": 1}], r.text
+        one.incarnation, one.after = r.json()["incarnation"], r.json()["after"]
+        (stop,) = wait_for(lambda: one.orders(wait=1), timeout=10)
+        assert (stop["kind"], stop["job"], stop["attempt"], stop["why"]) == ("stop", job_id, 1, "cancel"), (
+            stop
+        )
+        assert one.report(job_id, 1, "exited", 0).status_code == 200
+        wait_for(lambda: job(srv, job_id)["state"] == "cancelled", timeout=10)
+        one.close()
     finally:
         srv.stop()

@@ -353,6 +353,7 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
     after = conn.execute(
         select(func.max(schema.outbox.c.seq)).where(schema.outbox.c.node == reg.node)
     ).scalar()
+    _resend_stops(conn, reg.node, live)
     return {
         "node": reg.node,
         "incarnation": incarnation,
@@ -365,6 +366,31 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
         "heartbeat_interval_s": min(HEARTBEAT_INTERVAL, lease_for(ctx) / 4),
         "lease_s": lease_for(ctx),
     }
+
+
+def _resend_stops(conn: Connection, node: str, live: list[dict[str, Any]]) -> None:
+    """The stop orders of the node's live attempts that are stopping, sent again after the cursor
+    a registration hands out (the agent reads on from there): a stop sent while the agent was
+    down, or one the registration itself caused (an unhealthy GPU), still reaches the workers."""
+    a, o = schema.attempts, schema.outbox
+    keys = {(str(x["job"]), int(x["attempt"])) for x in live}
+    if not keys:
+        return
+    rows = conn.execute(
+        select(a.c.job_id, a.c.attempt).where(a.c.job_id.in_({j for j, _ in keys}), a.c.state == "stopping")
+    ).all()
+    stopping = {(r.job_id, r.attempt) for r in rows} & keys
+    latest: dict[tuple[str, int], str] = {}
+    if stopping:
+        for r in conn.execute(select(o.c.body).where(o.c.node == node).order_by(o.c.seq.desc())):
+            order = json.loads(r.body)
+            key = (str(order.get("job")), int(order.get("attempt") or 0))
+            if order.get("kind") == "stop" and key in stopping and key not in latest:
+                latest[key] = r.body
+                if len(latest) == len(stopping):
+                    break
+    for body in latest.values():
+        conn.execute(o.insert().values(node=node, body=body))
 
 
 def _reconcile(ctx: Context, conn: Connection, reg: Registration) -> tuple[list[dict[str, Any]], list[str]]:
