@@ -1,16 +1,19 @@
 """Failure handling across hosts (issue 6, DESIGN.md 5 and 6.1), with the server's defaults: a
-heartbeat every 5 s, a lease of 20 s, a node lost after 30 s of silence.
+heartbeat every 5 s (or more often), a lease of 20 s, a node lost after 30 s of silence.
 
-- A host cut off the network (`ip link set portN down` on the bridge), one with its agent alive
-  and one whose agent was `kill -9`ed first: each one's fence kills its workers when the lease
-  runs out, the node is declared lost, and its job resumes on another host from its newest
-  checkpoint within 60 s of the cut; an append-only record kept by the job (host, attempt, step,
-  monotonic time) proves that no two attempts ever ran at once. Healed, the hosts are readmitted
-  only clean (`lost` until they register again with nothing the server has ended still running)
-  and their reports under the old incarnation are refused.
+- Two hosts cut off the network (`ip link set portN down` on the bridge), one whose agent was
+  `kill -9`ed first and, 8 s later, one with its agent alive: each one's fence kills its workers
+  within the lease, the nodes are declared lost, and their jobs resume on the third host from
+  their newest checkpoints within 60 s of the cut; an append-only record kept by the job (host,
+  attempt, step, monotonic time) proves that no two attempts ever ran at once. A job requeued
+  onto the other cut-off host (silent, not yet lost) before it moves on is never launched there,
+  not even when that host comes back. Healed, the hosts are readmitted only clean (`lost` until
+  they register again with nothing the server has ended still running) and their reports and
+  heartbeats under the old incarnation are refused.
 - `kill -9` of an agent for 10 s: its workers run on (same pids), the restarted agent adopts and
-  reports them, and the job finishes on attempt 1. For longer than lease + lost: the fence has
-  killed them and the job runs elsewhere, once.
+  reports them, a cancel sent while it was down reaches them, and the other job finishes on
+  attempt 1. For longer than lease and lost-after: the fence has killed them and the job runs
+  elsewhere, once; the agent, started again, is readmitted without taking the job back.
 - A declared GPU fault (`DATA_DIR/gpu-faults`): the gang on that GPU checkpoints and resumes on
   another host (a disruption, not a restart), the node is drained with the reason, and the GPU
   gets no new work.
