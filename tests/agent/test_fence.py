@@ -65,8 +65,8 @@ def kill_9(agent: AgentProcess) -> None:
 
 @pytest.fixture
 def slow_server(tmp_path: Path) -> Iterator[Server]:
-    """Leases of 10 s: time for a loaded machine to start an agent again within one."""
-    srv = lost_after_server(tmp_path, LAB, 15.0)
+    """The default leases (20 s): time for a loaded machine to start an agent again within one."""
+    srv = lost_after_server(tmp_path, LAB, 30.0)
     try:
         yield srv
     finally:
@@ -86,7 +86,7 @@ def test_a_restarted_agent_adopts_its_running_workers(slow_server: Server, tmp_p
         done_id = submit(server, earlier, 1)
         wait_for(lambda: state_is(server, done_id, "finished"), timeout=15)
         ran = (earlier / "pid-1").read_text()
-        job_id = submit(server, out, 250)  # 25 s
+        job_id = submit(server, out, 400)  # 40 s
         wait_for(lambda: state_is(server, job_id, "running"), timeout=15)
         pid = int(wait_for(lambda: (out / "pid-1").exists() and (out / "pid-1").read_text(), timeout=10))
         kill_9(first)
@@ -94,9 +94,9 @@ def test_a_restarted_agent_adopts_its_running_workers(slow_server: Server, tmp_p
         assert alive(pid)  # nobody killed the workers
         second = AgentProcess(server, "dgx01", tmp_path)
         second.wait_joined()
-        time.sleep(10 + 1)  # past the old lease: the new agent took it over
+        time.sleep(20 + 1)  # past the old lease: the new agent took it over
         assert alive(pid), second.output()
-        done: dict[str, Any] = wait_for(lambda: state_is(server, job_id, "finished", "failed"), timeout=40)
+        done: dict[str, Any] = wait_for(lambda: state_is(server, job_id, "finished", "failed"), timeout=60)
         assert done["state"] == "finished" and done["attempt"] == 1, (done, second.output())
         assert "adopted 1 running ranks" in second.output()
         assert (earlier / "pid-1").read_text() == ran  # old start orders are not replayed

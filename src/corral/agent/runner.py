@@ -181,6 +181,12 @@ class Attempt:
 
     def _launch(self) -> Outcome | None:
         """Start every local worker; None when all started, else how the attempt ends here."""
+        until = records.lease_until(self.agent.data_dir)
+        if until is None or time.monotonic() > until:  # DESIGN.md 6.1: no launch without a lease
+            log.warning(
+                "job %s attempt %s: not launched: the node's lease has expired", self.job, self.number
+            )
+            return Outcome(1, None, "lost", f"not launched on {self.agent.node}: its lease had expired")
         try:
             todo, account, cwd, mounts = self._prepare()
         except SetupError as exc:
@@ -469,7 +475,12 @@ class Agent:
                 log.warning("job %s attempt %s has ended on the server: killing it", run.job, run.number)
                 run.request_stop(0.0, 0.0, "ended")
         for run in runs:
-            if run is not None:
+            if run is None:
+                continue
+            started = time.monotonic()  # an adopted attempt's thread starts once `run()` registered
+            while run.thread.ident is None and time.monotonic() - started < KILL_AFTER:
+                time.sleep(TICK)
+            if run.thread.ident is not None:
                 run.thread.join(KILL_AFTER * 3)
         with contextlib.suppress(ClientError):
             self.register()
@@ -624,6 +635,7 @@ class Agent:
         beat = threading.Thread(target=self._heartbeats, name="corral-agent-heartbeat", daemon=True)
         beat.start()
         while not self.stopping.is_set():
+            incarnation = self.incarnation
             try:
                 out = self.poller.request(
                     "GET",
@@ -639,6 +651,10 @@ class Agent:
                 self.stopping.wait(1.0)
                 continue
             orders = out.get("orders") or []
+            if self.incarnation != incarnation:
+                # registered again while this poll was out (a cut link delivers its answer late):
+                # orders up to the registration's cursor are for attempts it found live or ended
+                orders = [o for o in orders if int(o["seq"]) > self.after]
             if orders:
                 self.after = int(orders[-1]["seq"])
                 self.handle(orders)
