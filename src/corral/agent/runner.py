@@ -412,7 +412,7 @@ class Agent:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.nvml = nvml  # corral.agent.nvml.Nvml when the GPUs came from NVML: samples at heartbeats
         self.health = Health(data_dir, int(inventory.get("gpus") or 0), fail_gpus or {}, nvml)
-        self.caps = Capabilities.detect(self.node, default_user)
+        self.caps = Capabilities.detect(self.node, default_user, data_dir)
         for note in self.caps.notes:
             log.warning("%s", note)
         log.info("%s", self.caps.summary())
@@ -670,3 +670,10 @@ class Agent:
                 with contextlib.suppress(OSError):
                     (run.run_dir / "fenced").write_text("the agent was stopped\n")
                 run._kill_all(signal.SIGKILL)
+            for run in runs:
+                run._wait_all(KILL_AFTER)
+                run._clean_up()
+            for base in [self.caps.cgroup_base, *self.caps.v1_bases.values()]:
+                with contextlib.suppress(OSError):  # the agent's own group, once empty
+                    if base is not None:
+                        base.rmdir()

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import pwd
@@ -82,8 +83,12 @@ class Capabilities:
     notes: list[str] = field(default_factory=list)
 
     @classmethod
-    def detect(cls, node: str, default_user: str | None = None) -> Capabilities:
+    def detect(cls, node: str, default_user: str | None = None, data_dir: Path | None = None) -> Capabilities:
+        """`data_dir` names the agent's groups: two agents on one machine (tests, `corral up` beside
+        an agent) never share one, so neither kills the other's workers."""
         caps = cls(is_root=os.geteuid() == 0, bwrap=shutil.which("bwrap"))
+        if data_dir is not None:
+            node = f"{node}-{hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:8]}"
         caps.default_user = default_user or pwd.getpwuid(os.geteuid()).pw_name
         mount, own = _unified_mount(), _own_cgroup_v2()
         why = "no cgroup v2 hierarchy is mounted"
