@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import heapq
 
-from corral.core import reserve
+from corral.core import repeats, reserve
 from corral.core.decisions import CycleResult, Nominate, Preempt, Reason, Reject, Reserve, Start, Why
 from corral.core.fairshare import advance_usage
-from corral.core.jobs import PendingJob, QueueState
+from corral.core.jobs import PendingJob, QueueState, shape_of
 from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
 from corral.core.placement import Miss, NodeMask, Request, place
 from corral.core.plugins import Profile
 from corral.core.preempt import NO_CANDIDATES, SameQueue, Selection, select_victims
-from corral.core.request import never_fits, request_for, shape_of
+from corral.core.repeats import Key
+from corral.core.request import never_fits, request_for
 from corral.core.state import ClusterState
 
 
@@ -87,6 +88,7 @@ class _Cycle:
         self.verdicts: dict[int, tuple[int, Reason]] = {}  # keyed by `PendingJob.verdict_key`
         self.started: dict[QueueName, list[JobId]] = {}
         self.no_victims: dict[QueueName, int] = {}  # queue -> highest class found to have no candidates
+        self.flagged: dict[int, list[Key]] = {}  # id(queue) -> its flagged jobs' keys (`repeats`)
         self.preempt_tries = 0
         self.deferred = False  # a job skipped preemption because of the per-cycle caps
 
@@ -100,13 +102,7 @@ class _Cycle:
     def _repeats(self, job: PendingJob) -> bool:
         """A job of a shape already answered while no queue's count changed: give it that reason."""
         verdict = self.verdicts.get(job.verdict_key)
-        if (
-            verdict is None
-            or verdict[0] != self.state.use_version
-            or job.held
-            or job.nomination is not None
-            or job.not_before > self.now
-        ):
+        if verdict is None or verdict[0] != self.state.use_version or job.is_flagged(self.now):
             return False
         self.result.reasons[job.spec.id] = verdict[1]
         return True
@@ -123,62 +119,82 @@ class _Cycle:
         )
         return False
 
+    def _in_runs(self, queues: list[QueueState]) -> bool:
+        """Whether jobs that repeat an answer are passed over in runs (few shapes, no strict FIFO)."""
+        shapes = sum(len(q.by_verdict) for q in queues)
+        return not self.profile.head_of_line and shapes <= repeats.MANY_SHAPES
+
+    def _skip(self, queues: list[QueueState], after: Key | None) -> Key | None:
+        """The next job of these queues after `after` that needs a look; the jobs before it repeat
+        a current verdict and get its reason (`repeats.skip`)."""
+        slot = id(queues[0]) if len(queues) == 1 else 0
+        flagged = self.flagged.get(slot)
+        if flagged is None:
+            flagged = self.flagged[slot] = repeats.flagged_keys(queues, self.now)
+        groups = [g for q in queues for g in q.by_verdict.items()]
+        version = self.state.use_version
+        stop, passed = repeats.skip(groups, flagged, after, self.verdicts, version, self.result.reasons)
+        self.result.considered += passed
+        return stop
+
     def _run_global(self) -> None:
         """fifo, sjf, las: one order of every queue's pending jobs."""
-        repeats = not self.profile.head_of_line
-        queues = [q.pending_keys for q in self.state.queues.values() if q.pending_keys]
-        keys = queues[0] if len(queues) == 1 else heapq.merge(*(list(k) for k in queues))
-        jobs = self.state.jobs
-        for key in keys:
-            job = jobs.get(key[-1])  # type: ignore[call-overload]
-            if job is None:
-                continue
-            self.result.considered += 1
-            if repeats and self._repeats(job):
-                continue
+        queues = [q for q in self.state.queues.values() if q.pending_keys]
+        if not queues:
+            return
+        jobs, result = self.state.jobs, self.result
+        if not self._in_runs(queues):  # one job at a time
+            hol = self.profile.head_of_line
+            ordered = (
+                queues[0].pending_keys if len(queues) == 1 else heapq.merge(*(q.pending_keys for q in queues))
+            )
+            for key in ordered:
+                job = jobs[key[-1]]  # type: ignore[index]
+                result.considered += 1
+                if not hol and self._repeats(job):
+                    continue
+                if not self._after(job, self.consider(job)):
+                    return
+            return
+        after: Key | None = None
+        while True:
+            after = self._skip(queues, after)
+            if after is None:
+                return
+            result.considered += 1
+            job = jobs[after[-1]]  # type: ignore[index]
             if not self._after(job, self.consider(job)):
                 return
 
     def _run_fair(self) -> None:
-        """default: queues by fair share (re-keyed after each change of the served queue's count)."""
+        """default: queues by fair share (re-keyed after each change of the served queue's count).
+
+        Nothing changes while a queue's jobs repeat an answer, so the queue keeps its turn.
+        """
         order = self.profile.queue_order
         assert order is not None
         state, result = self.state, self.result
         heap: list[tuple[tuple[object, ...], int, QueueState]] = []
-        positions: dict[int, int] = {}
+        cursors: dict[int, Key | None] = {}
+        in_runs: dict[int, bool] = {}
         for i, q in enumerate(state.queues.values()):
             if q.pending_keys:
                 heap.append((order.key(q, state), i, q))
-                positions[i] = 0
+                cursors[i] = None
+                in_runs[i] = self._in_runs([q])
         heapq.heapify(heap)
-        repeats = not self.profile.head_of_line
-        verdicts, reasons, now = self.verdicts, result.reasons, self.now
         while heap:
             _, i, q = heap[0]
-            pos, keys, pending = positions[i], q.pending_keys, q.pending
-            job = None
-            version = state.use_version
-            while pos < len(keys):  # `_repeats`, inlined: most jobs of a busy cluster repeat an answer
-                job = pending.get(keys[pos][-1])  # type: ignore[call-overload]
-                pos += 1
-                if job is None:
-                    continue
-                result.considered += 1
-                verdict = verdicts.get(job.verdict_key)
-                if (
-                    not repeats
-                    or verdict is None
-                    or verdict[0] != version
-                    or job.held
-                    or job.nomination is not None
-                    or job.not_before > now
-                ):
-                    break  # nothing changes while jobs repeat an answer: the queue keeps its turn
-                reasons[job.spec.id] = verdict[1]
-                job = None
-            positions[i] = pos
-            if job is None:
-                heapq.heappop(heap)
+            if in_runs[i]:
+                key = cursors[i] = self._skip([q], cursors[i])
+            else:
+                key = cursors[i] = repeats.next_key(q.pending_keys, cursors[i])
+            if key is None:
+                heapq.heappop(heap)  # nothing left in this queue
+                continue
+            result.considered += 1
+            job = q.pending[key[-1]]  # type: ignore[index]
+            if not in_runs[i] and not self.profile.head_of_line and self._repeats(job):
                 continue
             before = q.effective_gpus
             if not self._after(job, self.consider(job)):
@@ -202,11 +218,7 @@ class _Cycle:
             return True
         if job.nomination is not None:
             return False
-        if job.shape is None:
-            job.shape = shape_of(spec)
-        shape = (job.shape, spec.queue, spec.priority, spec.time_limit)
-        if job.verdict_key < 0:
-            job.verdict_key = self.state.intern((shape, spec.preemptible))
+        shape = (job.shape, spec.queue, spec.priority, spec.time_limit)  # both set when it was queued
         verdict_key, version = job.verdict_key, self.state.use_version
         verdict = self.verdicts.get(verdict_key)
         if verdict is not None and verdict[0] == version:
@@ -243,6 +255,8 @@ class _Cycle:
             text += "; preemption deferred to a later cycle (per-cycle cap reached)"
         self.blocked[shape] = Reason(code, text)  # later jobs of this shape wait alike, without a reservation
         reasons[spec.id] = self._reserve(job, req, text, code)
+        if self.state.use_version == version:  # what the next job of this shape will be told
+            self.verdicts[verdict_key] = (version, self.blocked[shape])
         return False
 
     def _start(
@@ -253,7 +267,7 @@ class _Cycle:
             Start(job.spec.id, attempt.attempt, to_placement(self.state, placed), backfilled)
         )
         self.started.setdefault(job.spec.queue, []).append(job.spec.id)
-        self.result.reasons.pop(job.spec.id, None)
+        self.result.reasons.drop(job.spec.id)
 
     def _nominated(self, job: PendingJob) -> bool:
         """Start a nominated job once its GPUs are free; drop a nomination that cannot come true."""
@@ -379,6 +393,7 @@ class _Cycle:
             for job_id in ids:
                 job = queue.pending.pop(job_id)
                 del self.state.jobs[job_id]
+                self.state.unqueue(queue, job)
                 job.key = ()
             queue.pending_keys = [k for k in queue.pending_keys if k[-1] not in gone]
 

@@ -7,7 +7,10 @@ them and the agents act. Placements here use node names and GPU indices (DESIGN.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
 
 from corral.core.model import JobId, NodeName, Placement
 
@@ -82,6 +85,64 @@ class Reject:
     reason: str
 
 
+class Reasons(MutableMapping[JobId, Reason]):
+    """The reason of every job a cycle looked at and did not start, by job id.
+
+    A cycle adds whole runs of jobs that wait for one shared reason (`add_run`) without a loop
+    over them; the runs are unfolded into a dict the first time anyone reads the mapping, so an
+    adapter that never reads it (the simulator) never pays for it. A job in a run never gets
+    another reason in the same cycle.
+    """
+
+    __slots__ = ("_one", "_runs")
+
+    def __init__(self, reasons: Mapping[JobId, Reason] | None = None) -> None:
+        self._one: dict[JobId, Reason] = dict(reasons or {})
+        self._runs: list[tuple[list[tuple[object, ...]], Reason]] = []
+
+    def add_run(self, keys: list[tuple[object, ...]], reason: Reason) -> None:
+        """Every job of `keys` (tuples whose last item is the job id) waits for `reason`."""
+        self._runs.append((keys, reason))
+
+    def drop(self, job: JobId) -> None:
+        """Forget a job's own reason (it started); never one given by a run."""
+        self._one.pop(job, None)
+
+    def _unfold(self) -> dict[JobId, Reason]:
+        if self._runs:
+            merged: dict[JobId, Reason] = {}
+            for keys, reason in self._runs:
+                merged.update(zip(map(_job_of, keys), repeat(reason)))
+            merged.update(self._one)
+            self._one = merged
+            self._runs.clear()
+        return self._one
+
+    def __getitem__(self, job: JobId) -> Reason:
+        return self._unfold()[job]
+
+    def __setitem__(self, job: JobId, reason: Reason) -> None:
+        self._one[job] = reason
+
+    def __delitem__(self, job: JobId) -> None:
+        del self._unfold()[job]
+
+    def __iter__(self) -> Iterator[JobId]:
+        return iter(self._unfold())
+
+    def __len__(self) -> int:
+        return len(self._unfold())
+
+    def __contains__(self, job: object) -> bool:
+        return job in self._unfold()
+
+    def __repr__(self) -> str:
+        return f"Reasons({self._unfold()!r})"
+
+
+_job_of = itemgetter(-1)
+
+
 @dataclass(slots=True)
 class CycleResult:
     """Everything one cycle decided, and a reason for every pending job it looked at."""
@@ -92,7 +153,7 @@ class CycleResult:
     nominations: list[Nominate] = field(default_factory=list)
     reservations: list[Reserve] = field(default_factory=list)
     rejections: list[Reject] = field(default_factory=list)
-    reasons: dict[JobId, Reason] = field(default_factory=dict)
+    reasons: Reasons = field(default_factory=Reasons)
     others: Reason | None = None  # the reason of every pending job the cycle did not reach (strict FIFO)
     considered: int = 0
 

@@ -20,23 +20,117 @@ class Nomination:
     since: float
 
 
-@dataclass(slots=True, eq=False)
 class PendingJob:
-    """A job waiting to start; `attempts` counts earlier attempts (the next is attempts + 1)."""
+    """A job waiting to start; `attempts` counts earlier attempts (the next is attempts + 1).
 
-    spec: JobSpec
-    attempts: int = 0
-    attained: float = 0.0  # GPU-seconds of service received by earlier attempts
-    not_before: float = 0.0  # restart backoff
-    held: bool = False
-    nomination: Nomination | None = None
-    avoid_nodes: frozenset[int] = frozenset()
-    key: tuple[object, ...] = ()
-    true_duration: float | None = None  # known only to the simulator, used only by the sjf oracle
-    shape: tuple[object, ...] | None = None  # placement-relevant fields, computed once
-    request: object = None  # its placement request, valid while `request_generation` is current
-    request_generation: int = -1
-    verdict_key: int = -1  # its (shape, queue, class, time limit, preemptible), interned by the state
+    While it waits, a job that is held, nominated or in a restart backoff is also in its queue's
+    `flagged` set (setting one of the three puts it there; a cycle takes it out once none
+    applies), so that a cycle can pass over runs of ordinary jobs without visiting each.
+    """
+
+    __slots__ = (
+        "_held",
+        "_nomination",
+        "_not_before",
+        "attained",
+        "attempts",
+        "avoid_nodes",
+        "flags",
+        "key",
+        "request",
+        "request_generation",
+        "shape",
+        "spec",
+        "true_duration",
+        "verdict_key",
+    )
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        attempts: int = 0,
+        attained: float = 0.0,
+        true_duration: float | None = None,
+    ) -> None:
+        self.spec = spec
+        self.attempts = attempts
+        self.attained = attained  # GPU-seconds of service received by earlier attempts
+        self.true_duration = true_duration  # known only to the simulator, used only by the sjf oracle
+        self._not_before = 0.0  # restart backoff
+        self._held = False
+        self._nomination: Nomination | None = None
+        self.flags: set[PendingJob] | None = None  # its queue's flagged jobs, while it waits
+        self.avoid_nodes: frozenset[int] = frozenset()
+        self.key: tuple[object, ...] = ()  # its position in the queue's order
+        self.shape: tuple[object, ...] | None = None  # placement-relevant fields, computed once
+        self.request: object = None  # its placement request, valid while `request_generation` is current
+        self.request_generation = -1
+        self.verdict_key = -1  # its (shape, queue, class, time limit, preemptible), interned by the state
+
+    def __repr__(self) -> str:
+        return f"PendingJob({self.spec.id!r}, attempts={self.attempts})"
+
+    @property
+    def held(self) -> bool:
+        return self._held
+
+    @held.setter
+    def held(self, value: bool) -> None:
+        self._held = value
+        self._flag()
+
+    @property
+    def not_before(self) -> float:
+        return self._not_before
+
+    @not_before.setter
+    def not_before(self, value: float) -> None:
+        self._not_before = value
+        self._flag()
+
+    @property
+    def nomination(self) -> Nomination | None:
+        return self._nomination
+
+    @nomination.setter
+    def nomination(self, value: Nomination | None) -> None:
+        self._nomination = value
+        self._flag()
+
+    def is_flagged(self, now: float) -> bool:
+        """Held, nominated, or in a restart backoff at `now`."""
+        return self._held or self._nomination is not None or self._not_before > now
+
+    def join(self, flags: set[PendingJob]) -> None:
+        """It waits in the queue whose flagged jobs are `flags`."""
+        self.flags = flags
+        self._flag()
+
+    def leave(self) -> None:
+        """It no longer waits (started, removed)."""
+        if self.flags is not None:
+            self.flags.discard(self)
+        self.flags = None
+
+    def _flag(self) -> None:
+        if self.flags is not None and (self._held or self._nomination is not None or self._not_before):
+            self.flags.add(self)
+
+
+def shape_of(spec: JobSpec) -> tuple[object, ...]:
+    """Everything about a job that placement depends on (jobs of one shape place alike)."""
+    return (
+        spec.replicas,
+        spec.gpus_per_replica,
+        spec.gpu_model,
+        spec.gpu_memory_gib,
+        tuple(sorted(spec.node_selector.items())),
+        spec.topology.pack,
+        spec.topology.required,
+        spec.launch,
+        spec.cpus_per_replica,
+        spec.memory_gib_per_replica,
+    )
 
 
 @dataclass(slots=True, eq=False)
@@ -87,6 +181,9 @@ class QueueState:
     usage: float = 0.0  # decayed GPU-seconds
     pending_keys: list[tuple[object, ...]] = field(default_factory=list)
     pending: dict[JobId, PendingJob] = field(default_factory=dict)
+    # the order keys of the pending jobs per `PendingJob.verdict_key`, each list sorted
+    by_verdict: dict[int, list[tuple[object, ...]]] = field(default_factory=dict)
+    flagged: set[PendingJob] = field(default_factory=set)  # see `PendingJob`
 
     @property
     def effective_gpus(self) -> int:

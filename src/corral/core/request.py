@@ -7,26 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
+from corral.core.jobs import shape_of
 from corral.core.model import JobSpec, Launch
 from corral.core.placement import Request
 from corral.core.plugins import NodeFilter
 from corral.core.state import ClusterState, NodeClass
-
-
-def shape_of(spec: JobSpec) -> tuple[object, ...]:
-    """Everything about a job that placement depends on (jobs of one shape place alike)."""
-    return (
-        spec.replicas,
-        spec.gpus_per_replica,
-        spec.gpu_model,
-        spec.gpu_memory_gib,
-        tuple(sorted(spec.node_selector.items())),
-        spec.topology.pack,
-        spec.topology.required,
-        spec.launch,
-        spec.cpus_per_replica,
-        spec.memory_gib_per_replica,
-    )
 
 
 def allows(spec: JobSpec, node_class: NodeClass) -> bool:

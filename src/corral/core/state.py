@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from corral.core.errors import InvariantError
 from corral.core.index import FreeIndex
-from corral.core.jobs import NO_END, Nomination, PendingJob, QueueState, RunningAttempt
+from corral.core.jobs import NO_END, Nomination, PendingJob, QueueState, RunningAttempt, shape_of
 from corral.core.model import (
     DEFAULT_PRIORITY_CLASSES,
     JobId,
@@ -292,11 +292,30 @@ class ClusterState:
         return job
 
     def _enqueue(self, job: PendingJob) -> None:
-        queue = self.queue(job.spec.queue)
+        spec = job.spec
+        queue = self.queue(spec.queue)
         job.key = self.order_key(job)
-        queue.pending[job.spec.id] = job
+        queue.pending[spec.id] = job
         insort(queue.pending_keys, job.key)
-        self.jobs[job.spec.id] = job
+        if job.verdict_key < 0:
+            if job.shape is None:
+                job.shape = shape_of(spec)
+            shape = (job.shape, spec.queue, spec.priority, spec.time_limit)
+            job.verdict_key = self.intern((shape, spec.preemptible))
+        insort(queue.by_verdict.setdefault(job.verdict_key, []), job.key)
+        job.join(queue.flagged)
+        self.jobs[spec.id] = job
+
+    def unqueue(self, queue: QueueState, job: PendingJob) -> None:
+        """Take a job out of its queue's per-verdict order and flags (not out of `pending_keys`)."""
+        keys = queue.by_verdict[job.verdict_key]
+        i = bisect_left(keys, job.key)
+        if i >= len(keys) or keys[i] != job.key:
+            raise InvariantError(f"job {job.spec.id} missing from the order of queue {job.spec.queue}")
+        del keys[i]
+        if not keys:
+            del queue.by_verdict[job.verdict_key]
+        job.leave()
 
     def order_key(self, job: PendingJob) -> tuple[object, ...]:
         """Position in the queue: the policy's key, else priority, submit time, sequence, id."""
@@ -320,6 +339,7 @@ class ClusterState:
         if i >= len(keys) or keys[i] != job.key:
             raise InvariantError(f"job {job_id} missing from the order of queue {job.spec.queue}")
         del keys[i]
+        self.unqueue(queue, job)
         if job.nomination is not None:
             self.drop_nomination(job)
         return job
@@ -327,9 +347,13 @@ class ClusterState:
     def resort(self) -> None:
         """Recompute every pending job's order key (after the order policy changed)."""
         for queue in self.queues.values():
+            queue.by_verdict = {}
             for job in queue.pending.values():
                 job.key = self.order_key(job)
+                queue.by_verdict.setdefault(job.verdict_key, []).append(job.key)
             queue.pending_keys = sorted(j.key for j in queue.pending.values())
+            for keys in queue.by_verdict.values():
+                keys.sort()
 
     # ---- attempts ----------------------------------------------------------------------
     def start(
