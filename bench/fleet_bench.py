@@ -10,7 +10,9 @@ a heartbeat every 5 s per node over a pool of 64 keep-alive connections, one lon
 node on its own connection, each job "run" for its duration). After `--idle` seconds of
 heartbeats alone (the idle window), the first `--jobs` Philly jobs from 2017-10-03 are
 submitted over HTTP at their submit times compressed to span `--window` seconds (durations
-compressed alike); the trace window ends when every job has started.
+compressed alike); the trace window ends when every job has started (submissions stop `--cap`
+seconds into the trace, and the wait for starts `--timeout` seconds after that, so a control
+plane that cannot keep up ends the run too: the table says how many were submitted).
 
 Figures, per window: submission latency (the submitter: one keep-alive `http.client`
 connection in this process), heartbeat and report latency (the fleet: from sending the request
@@ -179,6 +181,7 @@ def bench(nodes: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     began = time.monotonic()
     run = run_live(
         cluster, submissions(compress(jobs, speed), "default"), tmp / "live", timeout=args.timeout,
+        cap=args.cap,
         fleet_args=("--register-concurrency", "32"), before=probe.before, sample=probe.sample,
         after=probe.after,
     )  # fmt: skip
@@ -191,7 +194,8 @@ def bench(nodes: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     )  # fmt: skip
     register = fleet.summary().get("register", {})
     return {
-        "nodes": nodes, "jobs": len(jobs), "speed": speed, "started_all": run.started_all,
+        "nodes": nodes, "jobs": len(jobs), "submitted": len(run.submitted.ids), "speed": speed,
+        "started_all": run.started_all,
         "refused": len(run.submitted.refused), "joined_s": run.fleet.get("joined_s"),
         "register_p99_ms": register.get("p99_ms"), "counts": run.fleet["summary"]["counts"],
         "errors": fleet.summary()["errors"], "total_s": time.monotonic() - began,
@@ -260,7 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--idle", type=float, default=15.0, help="seconds of heartbeats alone before the trace"
     )
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds after the last submission")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for starts at the end")
+    parser.add_argument(
+        "--cap", type=float, default=240.0, help="no submission later than this many seconds into the trace"
+    )
     parser.add_argument("--json", metavar="OUT")
     parser.add_argument("--keep", metavar="DIR", help="keep the logs here")
     args = parser.parse_args(argv)

@@ -88,15 +88,18 @@ def run_live(
     *,
     policy: str = "default",
     timeout: float = 600.0,
+    cap: float | None = None,
     fleet_args: tuple[str, ...] = ("--register-concurrency", "1"),
     before: Callable[[Server, int], None] | None = None,
     sample: Callable[[Server, int], dict[str, float]] | None = None,
     after: Callable[[Server, int], None] | None = None,
 ) -> LiveRun:
     """Start the server and the fleet, submit `jobs` on the wall clock, wait until each has
-    started (or `timeout` s after the last submission). The hooks get the server and the fleet's
-    pid: `before` once the fleet is ready (before the first submission), `sample` every second
-    and `after` once every job has started, all while the server and the fleet still run."""
+    started (or `timeout` s after the last submission; with `cap`, no submission later than
+    `cap` s into the trace, and no wait past `timeout` s after that: `submitted` says how many
+    went). The hooks get the server and the fleet's pid: `before` once the fleet is ready
+    (before the first submission), `sample` every second and `after` once every job has started,
+    all while the server and the fleet still run."""
     server = Server(f"sqlite:///{tmp / 'corral.db'}", tmp / "data", cluster, extra=["--policy", policy])
     server.start(timeout=120)
     fleet: subprocess.Popen[bytes] | None = None
@@ -117,11 +120,16 @@ def run_live(
             before(server, fleet.pid)
         origin = time.time() + 1.0
         box: list[Submitted] = []
-        submitter = threading.Thread(target=lambda: box.append(submit_paced(server.url, token, jobs, origin)))
+        stop_at = None if cap is None else origin + cap
+        submitter = threading.Thread(
+            target=lambda: box.append(submit_paced(server.url, token, jobs, origin, stop_at))
+        )
         submitter.start()
         tail = EventTail(server.url, token)
         started: set[str] = set()
         deadline = origin + (jobs[-1][0] if jobs else 0.0) + timeout
+        if stop_at is not None:
+            deadline = min(deadline, stop_at + timeout)
         while time.time() < deadline:
             time.sleep(1.0)
             started.update(e["job"] for e in tail.poll() if e["event"] == "start")

@@ -60,12 +60,17 @@ class Http:
         self.conn = None
 
 
-def submit_paced(url: str, token: str, jobs: Sequence[Submission], t0: float) -> Submitted:
-    """Submit each job at `t0 + offset` by the wall clock (at once when already late), in order."""
+def submit_paced(
+    url: str, token: str, jobs: Sequence[Submission], t0: float, stop_at: float | None = None
+) -> Submitted:
+    """Submit each job at `t0 + offset` by the wall clock (at once when already late), in order;
+    none after the wall time `stop_at` (a server that cannot keep up does not hold a benchmark)."""
     out = Submitted()
     client = Http(url, token)
     try:
         for offset, key, spec in jobs:
+            if stop_at is not None and time.time() >= stop_at:
+                break
             due = t0 + offset
             pause = due - time.time()
             if pause > 0:
