@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import Connection, func, select, update
 from starlette.responses import Response
 
@@ -475,6 +475,26 @@ def _incarnation(ctx: Context, node: str, incarnation: int) -> None:
             f"stale incarnation {incarnation} of node {node} (current: {known})",
             fix="the agent must register again",
         )
+
+
+async def _plain_heartbeat(request: Request) -> Response:
+    """`POST /v1/agents/{node}/heartbeat` without FastAPI's request handling (dependencies, body
+    layers), which was a quarter of the API's CPU for the route 10,000 agents call 2,000 times a
+    second: the same model and checks. Matched first; the declared route below keeps the route
+    in the OpenAPI document."""
+    try:
+        beat = Heartbeat.model_validate_json(await request.body())
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ApiError(
+            422, f"invalid request: {problems}", fix="see /openapi.json for the request shape"
+        ) from None
+    return await heartbeat(request, request.path_params["node"], beat)
+
+
+router.add_route("/agents/{node}/heartbeat", _plain_heartbeat, methods=["POST"], include_in_schema=False)
 
 
 @router.post("/agents/{node}/heartbeat", tags=["agents"])
