@@ -7,12 +7,13 @@ For each fleet size: a generated cluster file (N nodes of 8 GPUs, 32 to a leaf, 
 Philly virtual cluster), a real `corral server` (API and scheduler processes, SQLite), and the
 fleet (`python -m corral.fleet`, one asyncio process: an agent token per node, registration,
 a heartbeat every 5 s per node over a pool of 64 keep-alive connections, one long poll per
-node on its own connection, each job "run" for its duration). After `--idle` seconds of
-heartbeats alone (the idle window), the first `--jobs` Philly jobs from 2017-10-03 are
-submitted over HTTP at their submit times compressed to span `--window` seconds (durations
-compressed alike); the trace window ends when every job has started (submissions stop `--cap`
-seconds into the trace, and the wait for starts `--timeout` seconds after that, so a control
-plane that cannot keep up ends the run too: the table says how many were submitted).
+node on its own connection, each job "run" for its duration). `--settle` seconds after the
+fleet is up, `--idle` seconds of heartbeats alone are measured (the idle window); then the
+first `--jobs` Philly jobs from 2017-10-03 are submitted over HTTP at their submit times
+compressed to span `--window` seconds (durations compressed alike). The trace window ends when
+every job has started; submissions stop `--cap` seconds into the trace and the wait for starts
+`--timeout` seconds after that, so a control plane that cannot keep up ends the run too (the
+table says how many were submitted).
 
 Figures, per window: submission latency (the submitter: one keep-alive `http.client`
 connection in this process), heartbeat and report latency (the fleet: from sending the request
@@ -122,8 +123,9 @@ def cluster_file(path: Path, nodes: int, queues: list[str]) -> None:
 class Probe:
     """What the hooks of `run_live` record: windows, CPU, RSS, cycle histograms."""
 
-    def __init__(self, idle: float) -> None:
+    def __init__(self, idle: float, settle: float) -> None:
         self.idle = idle
+        self.settle = settle
         self.marks: dict[str, Any] = {}
         self.rss: dict[str, list[float]] = {"api": [], "scheduler": []}
 
@@ -135,6 +137,7 @@ class Probe:
                 "cycles": cycles(server)}  # fmt: skip
 
     def before(self, server: Server, fleet: int) -> None:
+        time.sleep(self.settle)  # the first long polls of every node (each a token lookup) settle
         self.marks["idle_start"] = self._read(server, fleet)
         time.sleep(self.idle)
         self.marks["idle_end"] = self._read(server, fleet)
@@ -177,7 +180,7 @@ def bench(nodes: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     speed = jobs[-1].submit_time / args.window
     cluster = tmp / "cluster.yaml"
     cluster_file(cluster, nodes, sorted({str(j.queue) for j in jobs}))
-    probe = Probe(args.idle)
+    probe = Probe(args.idle, args.settle)
     began = time.monotonic()
     run = run_live(
         cluster, submissions(compress(jobs, speed), "default"), tmp / "live", timeout=args.timeout,
@@ -263,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=90.0, help="seconds the submissions span")
     parser.add_argument(
         "--idle", type=float, default=15.0, help="seconds of heartbeats alone before the trace"
+    )
+    parser.add_argument(
+        "--settle", type=float, default=20.0, help="seconds after the fleet is up, before that"
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for starts at the end")
     parser.add_argument(
