@@ -364,7 +364,9 @@ def test_kill_nine_at_random_points(database_url: str, tmp_path: Path) -> None:
     log = server.log.read_text(errors="replace")
     assert "Traceback" not in log, log[log.index("Traceback") - 500 :][:4000]
     assert len(restarts) >= KILLS - phases["startup"], restarts
-    assert walls[len(walls) // 2] < RESTART_LIMIT_S / 2, f"median restart by the clock: {walls}"
+    # the median too is the server's own time: on a machine shared with other test runs, the clock
+    # measures the queue for the CPU (both figures are printed above)
+    assert own[len(own) // 2] < RESTART_LIMIT_S / 2, f"median restart without CPU waits: {own}"
     assert own[-1] < RESTART_LIMIT_S, (
         f"a restart took {own[-1]:.2f} s to answer /healthz, not counting time waiting for a CPU"
         f" (slowest by the clock: {walls[-1]:.2f} s)"
