@@ -248,7 +248,8 @@ def report(results: list[dict[str, Any]]) -> str:
         ("scheduler_rss_max_mib", "scheduler RSS max MiB"),
         ("joined_s", "tokens + registration s"),
         ("jobs", "jobs"),
-        ("started_all", "all started"),
+        ("submitted", "submitted"),
+        ("started_all", "all submitted started"),
     ):
         rows.append([label] + [v for r in results for v in ("", fmt(r[key]))])  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
