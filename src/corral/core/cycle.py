@@ -10,6 +10,7 @@ state; reservations are dropped at the end (they are recomputed every cycle).
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 
 from corral.core import repeats, reserve
 from corral.core.decisions import CycleResult, Nominate, Preempt, Reason, Reject, Reserve, Start, Why
@@ -88,7 +89,6 @@ class _Cycle:
         self.verdicts: dict[int, tuple[int, Reason]] = {}  # keyed by `PendingJob.verdict_key`
         self.started: dict[QueueName, list[JobId]] = {}
         self.no_victims: dict[QueueName, int] = {}  # queue -> highest class found to have no candidates
-        self.flagged: dict[int, list[Key]] = {}  # id(queue) -> its flagged jobs' keys (`repeats`)
         self.preempt_tries = 0
         self.deferred = False  # a job skipped preemption because of the per-cycle caps
 
@@ -119,23 +119,12 @@ class _Cycle:
         )
         return False
 
-    def _in_runs(self, queues: list[QueueState]) -> bool:
-        """Whether jobs that repeat an answer are passed over in runs (few shapes, no strict FIFO)."""
-        shapes = sum(len(q.by_verdict) for q in queues)
-        return not self.profile.head_of_line and shapes <= repeats.MANY_SHAPES
-
-    def _skip(self, queues: list[QueueState], after: Key | None) -> Key | None:
-        """The next job of these queues after `after` that needs a look; the jobs before it repeat
-        a current verdict and get its reason (`repeats.skip`)."""
-        slot = id(queues[0]) if len(queues) == 1 else 0
-        flagged = self.flagged.get(slot)
-        if flagged is None:
-            flagged = self.flagged[slot] = repeats.flagged_keys(queues, self.now)
-        groups = [g for q in queues for g in q.by_verdict.items()]
-        version = self.state.use_version
-        stop, passed = repeats.skip(groups, flagged, after, self.verdicts, version, self.result.reasons)
-        self.result.considered += passed
-        return stop
+    def _walk(self, queues: list[QueueState]) -> repeats.Walk | None:
+        """A walk that passes over jobs repeating an answer (None: look at every job: a strict
+        FIFO passes over none, and with very many shapes looking at each job costs less)."""
+        if self.profile.head_of_line or sum(len(q.by_verdict) for q in queues) > repeats.MANY_SHAPES:
+            return None
+        return repeats.Walk(queues, self.now, self.verdicts, self.result.reasons)
 
     def _run_global(self) -> None:
         """fifo, sjf, las: one order of every queue's pending jobs."""
@@ -143,12 +132,11 @@ class _Cycle:
         if not queues:
             return
         jobs, result = self.state.jobs, self.result
-        if not self._in_runs(queues):  # one job at a time
+        walk = self._walk(queues)
+        if walk is None:  # one job at a time
             hol = self.profile.head_of_line
-            ordered = (
-                queues[0].pending_keys if len(queues) == 1 else heapq.merge(*(q.pending_keys for q in queues))
-            )
-            for key in ordered:
+            lists = [q.pending_keys for q in queues]
+            for key in lists[0] if len(lists) == 1 else heapq.merge(*lists):
                 job = jobs[key[-1]]  # type: ignore[index]
                 result.considered += 1
                 if not hol and self._repeats(job):
@@ -156,15 +144,11 @@ class _Cycle:
                 if not self._after(job, self.consider(job)):
                     return
             return
-        after: Key | None = None
-        while True:
-            after = self._skip(queues, after)
-            if after is None:
-                return
+        while (look := walk.next(self.state.use_version)) is not None:
             result.considered += 1
-            job = jobs[after[-1]]  # type: ignore[index]
-            if not self._after(job, self.consider(job)):
-                return
+            self.consider(jobs[look[-1]])  # type: ignore[index]
+        walk.finish()
+        result.considered += walk.passed
 
     def _run_fair(self) -> None:
         """default: queues by fair share (re-keyed after each change of the served queue's count).
@@ -176,25 +160,28 @@ class _Cycle:
         state, result = self.state, self.result
         heap: list[tuple[tuple[object, ...], int, QueueState]] = []
         cursors: dict[int, Key | None] = {}
-        in_runs: dict[int, bool] = {}
+        walks: dict[int, repeats.Walk | None] = {}
         for i, q in enumerate(state.queues.values()):
             if q.pending_keys:
                 heap.append((order.key(q, state), i, q))
                 cursors[i] = None
-                in_runs[i] = self._in_runs([q])
+                walks[i] = self._walk([q])
         heapq.heapify(heap)
         while heap:
             _, i, q = heap[0]
-            if in_runs[i]:
-                key = cursors[i] = self._skip([q], cursors[i])
-            else:
-                key = cursors[i] = repeats.next_key(q.pending_keys, cursors[i])
+            walk = walks[i]
+            key = cursors[i] = (
+                repeats.next_key(q.pending_keys, cursors[i]) if walk is None else walk.next(state.use_version)
+            )
             if key is None:
                 heapq.heappop(heap)  # nothing left in this queue
+                if walk is not None:
+                    walk.finish()
+                    result.considered += walk.passed
                 continue
             result.considered += 1
             job = q.pending[key[-1]]  # type: ignore[index]
-            if not in_runs[i] and not self.profile.head_of_line and self._repeats(job):
+            if walk is None and not self.profile.head_of_line and self._repeats(job):
                 continue
             before = q.effective_gpus
             if not self._after(job, self.consider(job)):
@@ -389,13 +376,13 @@ class _Cycle:
     def remove_started(self) -> None:
         for name, ids in self.started.items():
             queue = self.state.queues[name]
-            gone = set(ids)
+            keys = queue.pending_keys
             for job_id in ids:
                 job = queue.pending.pop(job_id)
                 del self.state.jobs[job_id]
                 self.state.unqueue(queue, job)
+                del keys[bisect_left(keys, job.key)]
                 job.key = ()
-            queue.pending_keys = [k for k in queue.pending_keys if k[-1] not in gone]
 
 
 def _capacity_text(state: ClusterState, req: Request, miss: Miss) -> tuple[str, Why]:

@@ -1,15 +1,18 @@
-"""Passing over runs of pending jobs that repeat an answer the cycle already gave.
+"""Walking pending jobs in order while passing over those that repeat an answer already given.
 
 While no queue's counted GPUs change, admission and the blocked-shape cache answer every job of
 one shape (`PendingJob.verdict_key`) alike (`cycle._Cycle.consider`), so a cycle needs to look
-only at the first job of each shape and at flagged jobs (held, nominated, backing off). Each
-queue keeps its pending jobs' order keys per shape (`QueueState.by_verdict`); `skip` finds the
-next job that needs a look by bisection and gives every job before it its shape's reason as
-one run (`Reasons.add_run`), without a Python loop over them.
+only at the first job of each shape after every change, and at flagged jobs (held, nominated,
+backing off). Each queue keeps its pending jobs' order keys per shape (`QueueState.by_verdict`).
+A `Walk` hands out, in order, only the jobs that need a look: the shapes without a current
+verdict wait in a heap by their next job; a shape with one is passive, and its jobs get its
+reason as one run (`Reasons.add_run`) when the walk passes a change or ends, without a Python
+loop over them. A walk costs O(log shapes) per job looked at, plus O(shapes) per change.
 """
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 
@@ -18,56 +21,98 @@ from corral.core.jobs import QueueState
 
 Key = tuple[object, ...]
 Verdicts = dict[int, tuple[int, Reason]]  # verdict key -> (queues' use version, reason)
-MANY_SHAPES = 64  # above this many shapes in the order, looking at each job costs less
+MANY_SHAPES = 512  # above this many shapes in one walk, looking at each job costs less
 
 
-def skip(
-    groups: Iterable[tuple[int, list[Key]]],
-    flagged: list[Key],
-    after: Key | None,
-    verdicts: Verdicts,
-    version: int,
-    reasons: Reasons,
-) -> tuple[Key | None, int]:
-    """Give the jobs after `after` that repeat a current verdict their reasons, up to the first
-    job that needs a look; return its key (None: no job left) and how many were passed over.
+class Walk:
+    """The pending jobs of some queues, in their merged order (one queue: its own order)."""
 
-    `groups` are the order keys per verdict key (sorted); `flagged` the sorted keys of the jobs
-    that always need a look.
-    """
-    stop: Key | None = None
-    runs: list[tuple[list[Key], int, Reason]] = []
-    for verdict_key, keys in groups:
-        lo = 0 if after is None else bisect_right(keys, after)
-        if lo >= len(keys):
-            continue
-        verdict = verdicts.get(verdict_key)
-        if verdict is not None and verdict[0] == version:
-            runs.append((keys, lo, verdict[1]))
-        elif stop is None or keys[lo] < stop:
-            stop = keys[lo]
-    lo = 0 if after is None else bisect_right(flagged, after)
-    if lo < len(flagged) and (stop is None or flagged[lo] < stop):
-        stop = flagged[lo]
-    passed = 0
-    for keys, lo, reason in runs:
-        hi = len(keys) if stop is None else bisect_left(keys, stop, lo)
+    def __init__(
+        self, queues: Iterable[QueueState], now: float, verdicts: Verdicts, reasons: Reasons
+    ) -> None:
+        self.verdicts = verdicts
+        self.reasons = reasons
+        self.shapes: list[int] = []  # per group: its verdict key
+        self.keys: list[list[Key]] = []  # per group: its jobs' order keys
+        group_of: dict[int, int] = {}
+        flagged: list[tuple[Key, int]] = []
+        for queue in queues:
+            for verdict_key, keys in queue.by_verdict.items():
+                group_of[verdict_key] = len(self.keys)
+                self.shapes.append(verdict_key)
+                self.keys.append(keys)
+            for job in [j for j in queue.flagged if not j.is_flagged(now)]:
+                queue.flagged.discard(job)  # no longer held, nominated or backing off
+            flagged.extend((j.key, group_of[j.verdict_key]) for j in queue.flagged)
+        flagged.sort()
+        self.flagged = flagged
+        self.next_flag = 0
+        self.pos = [0] * len(self.keys)  # per group: its first job not yet looked at or given a run
+        self.heap = [(keys[0], g) for g, keys in enumerate(self.keys)]  # groups without a verdict
+        heapq.heapify(self.heap)
+        self.passive: dict[int, Reason] = {}  # groups with a current verdict
+        self.version: int | None = None
+        self.at: Key | None = None  # the last job handed out
+        self.passed = 0  # jobs given a run
+
+    def next(self, version: int) -> Key | None:
+        """The next job that needs a look (None: none left) at the queues' use `version`."""
+        if version != self.version:
+            self._cut()
+            self.version = version
+        heap, verdicts = self.heap, self.verdicts
+        while heap:
+            verdict = verdicts.get(self.shapes[heap[0][1]])
+            if verdict is None or verdict[0] != version:
+                break
+            self.passive[heapq.heappop(heap)[1]] = verdict[1]
+        flags, i = self.flagged, self.next_flag
+        while i < len(flags) and self.at is not None and flags[i][0] <= self.at:
+            i += 1
+        self.next_flag = i
+        if i < len(flags) and (not heap or flags[i][0] < heap[0][0]):
+            stop, group = flags[i]
+        elif heap:
+            stop, group = heap[0]
+        else:
+            return None
+        keys, lo = self.keys[group], self.pos[group]
+        reason = self.passive.get(group)
+        if reason is None:  # its group's next job: leaves the heap, the group comes back with its next
+            heapq.heappop(heap)
+            self.pos[group] = lo + 1
+            if lo + 1 < len(keys):
+                heapq.heappush(heap, (keys[lo + 1], group))
+        else:  # a flagged job inside a passive group: the jobs before it repeat the verdict
+            hi = bisect_left(keys, stop, lo)
+            self._run(keys, lo, hi, reason)
+            self.pos[group] = hi + 1
+        self.at = stop
+        return stop
+
+    def finish(self) -> None:
+        """Give the passive groups' remaining jobs their verdicts (the walk is over)."""
+        for group, reason in self.passive.items():
+            keys = self.keys[group]
+            self._run(keys, self.pos[group], len(keys), reason)
+        self.passive.clear()
+
+    def _cut(self) -> None:
+        """A queue's count changed: passive groups' jobs up to here keep the verdict, the rest wait."""
+        at = self.at
+        for group, reason in self.passive.items():
+            keys, lo = self.keys[group], self.pos[group]
+            hi = lo if at is None else bisect_right(keys, at, lo)
+            self._run(keys, lo, hi, reason)
+            self.pos[group] = hi
+            if hi < len(keys):
+                heapq.heappush(self.heap, (keys[hi], group))
+        self.passive.clear()
+
+    def _run(self, keys: list[Key], lo: int, hi: int, reason: Reason) -> None:
         if hi > lo:
-            reasons.add_run(keys[lo:hi], reason)
-            passed += hi - lo
-    return stop, passed
-
-
-def flagged_keys(queues: Iterable[QueueState], now: float) -> list[Key]:
-    """The sorted order keys of the jobs that need a look whatever their shape; jobs no longer
-    held, nominated or backing off leave the flagged sets."""
-    found: list[Key] = []
-    for queue in queues:
-        for job in [j for j in queue.flagged if not j.is_flagged(now)]:
-            queue.flagged.discard(job)
-        found.extend(j.key for j in queue.flagged)
-    found.sort()
-    return found
+            self.reasons.add_run(keys[lo:hi], reason)
+            self.passed += hi - lo
 
 
 def next_key(keys: list[Key], after: Key | None) -> Key | None:

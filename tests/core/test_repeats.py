@@ -1,0 +1,100 @@
+"""Passing over jobs that repeat an answer gives every job what looking at each would give.
+
+The same random cluster, backlog and sequence of cycles runs twice: once with `repeats.Walk`
+(runs of repeating jobs passed over by bisection) and once looking at every job; starts,
+preemptions, nominations, reservations, rejections and every job's reason must be identical.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from corral.core import repeats
+from corral.core.cycle import schedule
+from corral.core.decisions import CycleResult
+from corral.core.model import JobId, JobSpec, NodeName, NodeSpec, QueueName, QueueSpec
+from corral.core.state import ClusterState
+from corral.policies.registry import load_policy
+from tests.helpers import check_no_double_allocation
+
+CLASSES = [(0, "low"), (100, "normal"), (1000, "high")]
+
+
+def play(seed: int, policy: str) -> list[tuple[Any, ...]]:
+    """A backlog of few shapes over a busy cluster, cycles with endings, holds and backoffs between."""
+    rng = random.Random(seed)
+    nodes = [
+        NodeSpec(NodeName(f"n{i}"), 8, "H100-80GB", labels={"leaf": f"l{i // 4}"})
+        for i in range(rng.randint(2, 8))
+    ]
+    total = 8 * len(nodes)
+    queues = [
+        QueueSpec(
+            QueueName(f"q{i}"),
+            quota=rng.choice([0, total // 4]),
+            limit=rng.choice([None, total // 2]),
+            cohort="c",
+        )
+        for i in range(3)
+    ]
+    state = ClusterState.build(("leaf",), nodes, queues)
+    profile = load_policy(policy)
+    shapes = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (3, 8)]
+    outcome: list[tuple[Any, ...]] = []
+    now, seq = 0.0, 0
+    for _ in range(rng.randint(3, 8)):
+        for _ in range(rng.randint(0, 60)):
+            seq += 1
+            replicas, gpus = rng.choice(shapes)
+            prio, name = rng.choice(CLASSES)
+            queue = rng.choice(queues).name
+            spec = JobSpec(
+                JobId(f"j{seq}"), queue, replicas=replicas, gpus_per_replica=gpus,
+                priority=prio, priority_class=name, submit_time=now, seq=seq,
+                time_limit=rng.choice([None, 600.0, 3600.0]), preemptible=rng.random() > 0.1,
+            )  # fmt: skip
+            state.submit(spec, attained=rng.choice([0.0, 5000.0, 50000.0]))
+        for job in list(state.jobs.values()):
+            if rng.random() < 0.05:
+                job.held = not job.held
+            if rng.random() < 0.05:
+                job.not_before = now + rng.choice([-10.0, 0.0, 100.0])
+        result = schedule(state, profile, now)
+        check_no_double_allocation(state)
+        outcome.append(summary(result))
+        now += rng.choice([1.0, 300.0, 900.0])
+        for job_id in list(state.running):
+            attempt = state.running[job_id]
+            if attempt.preempting_deadline is not None and attempt.preempting_deadline <= now:
+                state.end(job_id, requeue=True, now=now)
+            elif rng.random() < 0.3:
+                state.end(job_id, requeue=False, now=now)
+    return outcome
+
+
+def summary(result: CycleResult) -> tuple[Any, ...]:
+    return (
+        [(s.job, s.placement, s.backfilled) for s in result.starts],
+        [(p.job, p.by) for p in result.preemptions],
+        [(n.job, n.placement, n.victims) for n in result.nominations],
+        [(r.job, r.start, r.capacity) for r in result.reservations],
+        [(r.job, r.reason) for r in result.rejections],
+        sorted((j, r.code.value, r.message) for j, r in result.reasons.items()),
+        result.others,
+        result.considered,
+    )
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), policy=st.sampled_from(["default", "las"]))
+def test_passing_over_repeats_changes_nothing(seed: int, policy: str) -> None:
+    walked = play(seed, policy)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(repeats, "MANY_SHAPES", -1)  # look at every job
+        looked = play(seed, policy)
+    assert walked == looked
