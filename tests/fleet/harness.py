@@ -149,9 +149,13 @@ def run_live(
         if fleet is not None and fleet.poll() is None:
             fleet.send_signal(signal.SIGTERM)
             try:
-                fleet.wait(60)
+                fleet.wait(120)
             except subprocess.TimeoutExpired:
                 fleet.kill()
+                print(
+                    f"the fleet did not stop within 120 s of SIGTERM: killed; {tmp / 'fleet.log'}",
+                    file=sys.stderr,
+                )
         server.stop()
     names = {v: k for k, v in submitted.ids.items()}
     fleet_stats = json.loads(stats.read_text()) if stats.exists() else {}
