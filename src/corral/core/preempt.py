@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from corral.core.jobs import PendingJob, RunningAttempt
@@ -128,13 +128,10 @@ def _verified(
     state: ClusterState, plugin: Victims, job: PendingJob, node: int, now: float
 ) -> list[RunningAttempt]:
     """The attempts on a node the plugin allows as victims, in its victim order."""
-    found = [
-        a
-        for a in state.occupancy.jobs[node].values()
-        if a.preempting_deadline is None and a.start < now and plugin.eligible(job, a, state, now)
-    ]
-    found.sort(key=lambda a: plugin.order_key(a, state, now))
-    return found
+    attempts = state.occupancy.jobs[node].values()
+    return plugin.rank(
+        job, [a for a in attempts if a.preempting_deadline is None and a.start < now], state, now
+    )
 
 
 def _full_scan(
@@ -154,15 +151,11 @@ def _full_scan(
     members = state.occupancy.members
     if ok is None:
         ok = set(members)
-    candidates = [
-        a
-        for key in ok
-        for a in members[key].values()
-        if a.start < now and plugin.eligible(job, a, state, now)
-    ]
+    candidates = plugin.rank(
+        job, [a for key in ok for a in members[key].values() if a.start < now], state, now
+    )
     if not candidates:
         return NO_CANDIDATES
-    candidates.sort(key=lambda a: plugin.order_key(a, state, now))
     rank = {id(a): i for i, a in enumerate(candidates)}
     allowed = set(req.classes)
     on_node: dict[int, list[RunningAttempt]] = {}
@@ -318,6 +311,12 @@ class SameQueue:
 
     def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
         return self.inner.order_key(victim, state, now)
+
+    def rank(
+        self, preemptor: PendingJob, attempts: Iterable[RunningAttempt], state: ClusterState, now: float
+    ) -> list[RunningAttempt]:
+        mine = preemptor.spec.queue
+        return self.inner.rank(preemptor, [a for a in attempts if a.spec.queue == mine], state, now)
 
     def permit(
         self, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState, now: float

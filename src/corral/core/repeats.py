@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
 
 from corral.core.decisions import Reason, Reasons
 from corral.core.jobs import QueueState
@@ -27,25 +26,24 @@ MANY_SHAPES = 512  # above this many shapes in one walk, looking at each job cos
 class Walk:
     """The pending jobs of some queues, in their merged order (one queue: its own order)."""
 
-    def __init__(
-        self, queues: Iterable[QueueState], now: float, verdicts: Verdicts, reasons: Reasons
-    ) -> None:
+    def __init__(self, queues: list[QueueState], now: float, verdicts: Verdicts, reasons: Reasons) -> None:
         self.verdicts = verdicts
         self.reasons = reasons
-        self.shapes: list[int] = []  # per group: its verdict key
-        self.keys: list[list[Key]] = []  # per group: its jobs' order keys
-        group_of: dict[int, int] = {}
-        flagged: list[tuple[Key, int]] = []
-        for queue in queues:
-            for verdict_key, keys in queue.by_verdict.items():
-                group_of[verdict_key] = len(self.keys)
-                self.shapes.append(verdict_key)
-                self.keys.append(keys)
-            for job in [j for j in queue.flagged if not j.is_flagged(now)]:
-                queue.flagged.discard(job)  # no longer held, nominated or backing off
-            flagged.extend((j.key, group_of[j.verdict_key]) for j in queue.flagged)
-        flagged.sort()
-        self.flagged = flagged
+        if len(queues) == 1:
+            by_verdict = queues[0].by_verdict
+            self.shapes: list[int] = list(by_verdict)  # per group: its verdict key
+            self.keys: list[list[Key]] = list(by_verdict.values())  # per group: its jobs' order keys
+        else:
+            self.shapes = [v for q in queues for v in q.by_verdict]
+            self.keys = [k for q in queues for k in q.by_verdict.values()]
+        self.flagged: list[tuple[Key, int]] = []
+        if any(q.flagged for q in queues):
+            group_of = {v: g for g, v in enumerate(self.shapes)}
+            for queue in queues:
+                for job in [j for j in queue.flagged if not j.is_flagged(now)]:
+                    queue.flagged.discard(job)  # no longer held, nominated or backing off
+                self.flagged.extend((j.key, group_of[j.verdict_key]) for j in queue.flagged)
+            self.flagged.sort()
         self.next_flag = 0
         self.pos = [0] * len(self.keys)  # per group: its first job not yet looked at or given a run
         self.heap = [(keys[0], g) for g, keys in enumerate(self.keys)]  # groups without a verdict
@@ -92,9 +90,12 @@ class Walk:
 
     def finish(self) -> None:
         """Give the passive groups' remaining jobs their verdicts (the walk is over)."""
+        add, pos, all_keys = self.reasons.add_run, self.pos, self.keys
         for group, reason in self.passive.items():
-            keys = self.keys[group]
-            self._run(keys, self.pos[group], len(keys), reason)
+            keys, lo = all_keys[group], pos[group]
+            if lo < len(keys):
+                add(keys[lo:] if lo else keys.copy(), reason)
+                self.passed += len(keys) - lo
         self.passive.clear()
 
     def _cut(self) -> None:

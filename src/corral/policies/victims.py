@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from corral.core.fairshare import can_reclaim
 from corral.core.jobs import PendingJob, RunningAttempt
@@ -18,6 +19,9 @@ def _protected(victim: RunningAttempt, state: ClusterState, now: float) -> bool:
     if not victim.spec.preemptible or victim.preempting_deadline is not None:
         return True
     return now - victim.start < state.min_runtime(victim)
+
+
+_first = itemgetter(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,15 @@ class PriorityReclaim:
         overshoot = max(0, queue.spec.quota - (queue.effective_gpus - spec.gpus))
         return (spec.priority, victim.lost_work(now), overshoot, spec.submit_time, spec.id)
 
+    def rank(
+        self, preemptor: PendingJob, attempts: Iterable[RunningAttempt], state: ClusterState, now: float
+    ) -> list[RunningAttempt]:
+        keyed = [
+            (self.order_key(a, state, now), a) for a in attempts if self.eligible(preemptor, a, state, now)
+        ]
+        keyed.sort(key=_first)
+        return [a for _, a in keyed]
+
     def permit(
         self, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState, now: float
     ) -> bool:
@@ -117,6 +130,22 @@ class AttainedService:
     def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
         served = victim.job.attained + victim.spec.gpus * (now - victim.start)
         return (-self._level(served), victim.lost_work(now), -victim.start, victim.spec.id)
+
+    def rank(
+        self, preemptor: PendingJob, attempts: Iterable[RunningAttempt], state: ClusterState, now: float
+    ) -> list[RunningAttempt]:
+        """`eligible` and `order_key` computed together, the level once per attempt."""
+        thresholds = self.args.thresholds
+        mine = bisect_right(thresholds, preemptor.attained)
+        keyed = []
+        for a in attempts:
+            job = a.job
+            spec = job.spec
+            level = bisect_right(thresholds, job.attained + spec.gpus * (now - a.start))
+            if level > mine and not _protected(a, state, now):
+                keyed.append(((-level, a.lost_work(now), -a.start, spec.id), a))
+        keyed.sort(key=_first)
+        return [a for _, a in keyed]
 
     def permit(
         self, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState, now: float
