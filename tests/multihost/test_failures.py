@@ -55,7 +55,7 @@ STEP_S = 0.1
 LEASE_S = 20.0  # the defaults this file checks (corral server without --lost-after)
 LOST_AFTER_S = 30.0
 RESUME_WITHIN_S = 60.0  # the bound: cut to work resumed elsewhere
-AWAY_S = 45.0  # an agent killed for longer than lease and lost-after (plus a heartbeat and margin)
+AWAY_S = 60.0  # the figure: an agent killed for longer than lease and lost-after
 
 
 # ---- the job's own record ---------------------------------------------------------------------

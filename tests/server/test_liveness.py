@@ -111,6 +111,32 @@ def test_a_silent_node_is_lost_its_job_runs_elsewhere_and_it_returns_only_clean(
     two.close()
 
 
+def test_a_node_silent_for_half_of_lost_after_takes_no_new_work_until_it_answers(tmp_path: Path) -> None:
+    """Slurm's NOT_RESPONDING: an agent this silent may be past its lease (it could not launch), so
+    the scheduler places nothing there; the node keeps its state and its first heartbeat ends it."""
+    lost_after = 12.0  # not responding after 6 s, lost after 12 s
+    srv = lost_after_server(tmp_path, LAB, lost_after)
+    one = Beating(srv, "dgx01")
+    try:
+        one.start()
+        assert node(srv, "dgx01")["responding"] is True
+        one.alive.clear()
+        silent = wait_for(lambda: (x := node(srv, "dgx01"))["responding"] is False and x, timeout=lost_after)
+        assert silent["state"] == "up" and silent["free"] == 0, silent
+        job_id = submit(srv, gpus_per_replica=8)
+        assert one.orders(wait=1.5) == []  # the only node with GPUs is not answering
+        assert job(srv, job_id)["state"] == "pending"
+        one.alive.set()  # answers again before it is lost: the job starts there
+        orders = wait_for(lambda: one.orders(wait=1), timeout=10)
+        assert orders[0]["kind"] == "start" and orders[0]["job"] == job_id, orders
+        back = node(srv, "dgx01")
+        assert back["responding"] is True and back["state"] == "up", back
+        assert one.report(job_id, 1, "running").status_code == 200
+    finally:
+        one.close()
+        srv.stop()
+
+
 def test_maintenance_keeps_silent_nodes_and_extends_leases(lab: Server) -> None:
     one = Beating(lab, "dgx01")
     one.start()

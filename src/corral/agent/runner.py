@@ -350,12 +350,23 @@ class Attempt:
     def _supervise(self) -> Outcome:
         started = self.launched
         if self.adopted:
-            log.info("job %s attempt %s: adopted %d running ranks", self.job, self.number, len(self.procs))
+            codes = [p.poll() for _, p in self.procs]
+            ended = all(c is not None for c in codes) or any(c not in (None, 0) for c in codes)
+            live = sum(c is None for c in codes)
+            log.info(
+                "job %s attempt %s: adopted %d running ranks (%d ended)",
+                self.job,
+                self.number,
+                live,
+                len(codes) - live,
+            )
         else:
             failed = self._launch()
             if failed is not None:
                 return failed
-        self.agent.report(self.job, self.number, "running")
+            ended = False
+        if not ended:  # an adopted attempt that has ended goes straight to its exit report
+            self.agent.report(self.job, self.number, "running")
         next_look = started + CHECKPOINT_POLL
         while True:
             with self._lock:

@@ -54,13 +54,13 @@ def nodes(
     rows = [
         (
             n["name"],
-            n["state"],
+            n["state"] + ("*" if not n.get("responding", True) and n["state"] != "lost" else ""),
             f"{n['allocated']}/{n['gpus']}",
             n["free"],
             n["gpu_model"],
             gpu_ranges(n["unhealthy"]) if n["unhealthy"] else "",
             f"{n['heartbeat_age_s']:.0f}s ago" if n.get("heartbeat_age_s") is not None else "",
-            n["reason"] + (f" (deadline {when(n['drain_deadline'])})" if n.get("drain_deadline") else ""),
+            node_reason(n),
         )
         for n in found
     ]
@@ -69,6 +69,13 @@ def nodes(
         rows,
         empty="no nodes yet: declare them in the cluster file, or start an agent",
     )
+
+
+def node_reason(n: dict[str, Any]) -> str:
+    reason = n["reason"] + (f" (deadline {when(n['drain_deadline'])})" if n.get("drain_deadline") else "")
+    if n.get("responding", True) or n["state"] == "lost":
+        return reason
+    return "; ".join(x for x in ("not responding: no new work", reason) if x)
 
 
 def print_gpus(found: list[dict[str, Any]]) -> None:

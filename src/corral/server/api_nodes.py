@@ -97,7 +97,10 @@ def _nodes(ctx: Context, who: Principal | None = None, with_gpus: bool = False) 
                 "gpu_model": row["gpu_model"],
                 "allocated": allocated,
                 "unhealthy": unhealthy,
-                "free": max(0, row["gpus"] - allocated - len(unhealthy)) if row["state"] == "up" else 0,
+                "free": max(0, row["gpus"] - allocated - len(unhealthy))
+                if row["state"] == "up" and row["responding"]
+                else 0,
+                "responding": bool(row["responding"]),
                 "labels": json.loads(row["labels"]),
                 "nvlink": json.loads(row["nvlink"]),
                 "address": row["address"],
@@ -319,6 +322,7 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
         declared = node_spec_of(row)
         values: dict[str, Any] = {
             "registered": True,
+            "responding": True,
             "incarnation": incarnation,
             "updated_at": now,
             "address": reg.address,
@@ -434,9 +438,13 @@ async def register(request: Request, reg: Registration) -> Response:
     """An agent joins: its node becomes `up` (a declared node whose inventory differs is drained)."""
     ctx, who = ctx_of(request), who_of(request)
     _agent(who, reg.node, registering=True)
+    # heard from now, before the row says `registered`: the liveness thread must not measure the
+    # node's silence from the server's start (it would declare a joining node silent or lost)
+    ctx.heartbeats[reg.node] = time.monotonic()
     out = await ctx.write(lambda conn: _register(ctx, who, reg, conn))
     ctx.incarnations[reg.node] = out["incarnation"]
     ctx.heartbeats[reg.node] = time.monotonic()
+    ctx.silent.discard(reg.node)
     ctx.gpu_health[reg.node] = dict(reg.unhealthy)
     if out["state"] != "lost":
         ctx.lost.discard(reg.node)
@@ -511,6 +519,12 @@ async def heartbeat(request: Request, node: str, beat: Heartbeat) -> Response:
     else:
         await run_in_threadpool(_incarnation, ctx, node, beat.incarnation)
     ctx.heartbeats[node] = time.monotonic()
+    if node in ctx.silent:  # silent for a while, answering again: takes new work again
+        from corral.server.liveness import set_responding
+
+        await ctx.write(lambda conn: set_responding(ctx, conn, [node], True))
+        ctx.silent.discard(node)
+        ctx.invalidate_model()
     if beat.gpus is not None:
         ctx.gpu_samples[node] = [g.model_dump() for g in beat.gpus]
     if beat.unclean is not None and bool(beat.unclean) != (node in ctx.unclean):

@@ -107,6 +107,15 @@ def node_values(spec: NodeSpec) -> dict[str, Any]:
     }
 
 
+def scheduling_state(row: Mapping[str, Any]) -> NodeState:
+    """The state the scheduler sees: an `up` node that is not responding takes no new work, like a
+    cordoned one (its running work stays until the node is declared lost)."""
+    state = NodeState(row["state"])
+    if state is NodeState.UP and not row.get("responding", True):
+        return NodeState.CORDONED
+    return state
+
+
 def load_cluster(conn: Connection) -> ClusterModel:
     """The active revision and the node rows; a database without a revision gets the default one."""
     active = get_setting(conn, "config.active")
@@ -121,7 +130,7 @@ def load_cluster(conn: Connection) -> ClusterModel:
     config = parse_cluster_config(body, f"configuration revision {revision}")
     rows = {r["name"]: dict(r) for r in conn.execute(select(schema.nodes)).mappings()}
     specs = tuple(node_spec_of(row) for row in rows.values())
-    states = {name: NodeState(row["state"]) for name, row in rows.items()}
+    states = {name: scheduling_state(row) for name, row in rows.items()}
     return ClusterModel(revision, body, replace(config, nodes=specs), states, rows)
 
 

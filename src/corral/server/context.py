@@ -186,6 +186,7 @@ class Context:
         self.maintenance = 0.0  # Unix time planned maintenance ends (0: none)
         self.gpu_health: dict[str, dict[str, str]] = {}  # node -> unhealthy GPUs as last written
         self.unclean: set[str] = set()  # nodes drained because processes survived a kill
+        self.silent: set[str] = set()  # registered nodes marked not responding (no new work)
         self._model_lock = threading.Lock()
         self._model: tuple[ClusterModel, ClusterState] | None = None
         self.doorbell = Doorbell("api")

@@ -36,6 +36,7 @@ log = logging.getLogger("corral.server")
 LOST_AFTER = 30.0
 LEASE = 20.0
 CHECK_EVERY = 1.0
+NOT_RESPONDING = 0.5  # of lost-after: silent this long, a node takes no new work (15 s of 30 s)
 WATCHED = ("up", "cordoned", "draining")
 MAINTENANCE_KEY = "maintenance.until"
 
@@ -65,6 +66,23 @@ def load_maintenance(ctx: Context) -> None:
         ctx.maintenance = float(get_setting(conn, MAINTENANCE_KEY, "0") or 0.0)
 
 
+def set_responding(ctx: Context, conn: Connection, names: list[str], responding: bool) -> list[str]:
+    """Mark registered nodes (not) responding; the scheduler gives a node that is not responding no
+    new work (Slurm's NOT_RESPONDING). Returns the nodes that changed."""
+    n = schema.nodes
+    changed = []
+    for name in names:
+        if conn.execute(
+            update(n)
+            .where(n.c.name == name, n.c.registered.is_(True), n.c.responding.is_(not responding))
+            .values(responding=responding)
+        ).rowcount:
+            changed.append(name)
+    if changed:
+        ctx.journal(conn, [{"event": "x.node", "node": x, "responding": responding} for x in changed])
+    return changed
+
+
 def _mark_lost(ctx: Context, conn: Connection, names: list[str], silence: dict[str, float]) -> list[str]:
     n = schema.nodes
     lost = []
@@ -73,7 +91,7 @@ def _mark_lost(ctx: Context, conn: Connection, names: list[str], silence: dict[s
         changed = conn.execute(
             update(n)
             .where(n.c.name == name, n.c.registered.is_(True), n.c.state.in_(WATCHED))
-            .values(state="lost", reason=reason, updated_at=time.time())
+            .values(state="lost", reason=reason, responding=False, updated_at=time.time())
         ).rowcount
         if changed:
             lost.append(name)
@@ -97,6 +115,11 @@ class Liveness:
             self.ctx.unclean.update(
                 conn.execute(
                     select(n.c.name).where(n.c.state == "draining", n.c.reason.startswith(UNCLEAN))
+                ).scalars()
+            )
+            self.ctx.silent.update(
+                conn.execute(
+                    select(n.c.name).where(n.c.registered.is_(True), n.c.responding.is_(False))
                 ).scalars()
             )
         self.thread.start()
@@ -127,6 +150,14 @@ class Liveness:
                 .all()
             )
         silence = {name: now - ctx.heartbeats.get(name, ctx.started) for name in watched}
+        quiet = [x for x, s in silence.items() if s > after * NOT_RESPONDING and x not in ctx.silent]
+        if quiet:  # no new work: an agent this silent may be past its lease and could not launch it
+            marked = ctx.writer.submit(lambda conn: set_responding(ctx, conn, quiet, False)).result()
+            ctx.silent.update(quiet)
+            for name in marked:
+                log.warning("node %s not responding: no heartbeat for %.0f s", name, silence[name])
+            if marked:
+                ctx.invalidate_model()
         silent = [name for name, quiet in silence.items() if quiet > after]
         if not silent:
             return []

@@ -26,11 +26,11 @@ from sqlalchemy import select
 
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult, Preempt
-from corral.core.model import JobId, NodeName, NodeSpec, NodeState
+from corral.core.model import JobId, NodeName, NodeSpec
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
 from corral.server import metrics
-from corral.server.cluster import get_setting, load_cluster, node_spec_of
+from corral.server.cluster import get_setting, load_cluster, node_spec_of, scheduling_state
 from corral.server.commit import Batch, Ending, ending_of
 from corral.server.doorbell import Bell, Doorbell
 from corral.server.jobs import spec_from_json
@@ -353,11 +353,11 @@ class Scheduler:
         node = state.node_ids.get(name)
         spec = node_spec_of(row)
         if node is None:
-            state.add_node(spec, NodeState(row["state"]))
+            state.add_node(spec, scheduling_state(row))
             return False
         if _shape(state.specs[node]) != _shape(spec):
             return True
-        state.set_node_state(name, NodeState(row["state"]))
+        state.set_node_state(name, scheduling_state(row))
         unhealthy = {int(g) for g in json.loads(row["unhealthy"])}
         for gpu in range(state.specs[node].gpus):
             state.set_gpu_health(name, gpu, gpu not in unhealthy)

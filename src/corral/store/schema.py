@@ -121,6 +121,9 @@ nodes = Table(
     # signature the server puts on log requests; see corral.agent.logserver)
     Column("logs_url", String(300), nullable=False, server_default=""),
     Column("agent_token", String(32), nullable=False, server_default=""),
+    # false while a registered node has been silent for half of lost-after: no new work (Slurm's
+    # NOT_RESPONDING); its state is untouched and its first heartbeat sets it back
+    Column("responding", Boolean, nullable=False, server_default=text("true")),
 )
 
 events = Table(
