@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
+from typing import cast
 
 from corral.core import repeats, reserve
 from corral.core.decisions import CycleResult, Nominate, Preempt, Reason, Reject, Reserve, Start, Why
@@ -43,19 +44,28 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
 
 
 def _reject_never_fitting(state: ClusterState, profile: Profile, result: CycleResult) -> None:
+    cache, filters = state.cache, tuple(id(f) for f in profile.filters)
     for job in state.unchecked:
         if job.spec.id not in state.jobs:
             continue
-        job.shape = shape_of(job.spec)
+        if job.shape is None:
+            job.shape = shape_of(job.spec)
         req = request_for(state, job.spec, profile.filters, job.shape)
         job.request, job.request_generation = req, state.generation
-        why = never_fits(state, job.spec, req)
+        # the answer depends only on the verdict key's fields (shape, queue, preemptible) and on
+        # static capacity: cached per key until the capacity changes (`state.cache` is cleared)
+        key = ("never", job.verdict_key, filters)
+        found = cache.get(key, _UNKNOWN) if job.verdict_key >= 0 else _UNKNOWN
+        if found is _UNKNOWN:
+            found = cache[key] = never_fits(state, job.spec, req)
+        why = cast(str | None, found)
         if why is not None:
             state.remove_pending(job.spec.id)
             result.rejections.append(Reject(job.spec.id, why))
     state.unchecked.clear()
 
 
+_UNKNOWN = object()
 _INDICES: dict[int, tuple[int, ...]] = {}
 
 

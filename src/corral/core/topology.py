@@ -39,6 +39,7 @@ class ClusterTopology:
         self.node_domains: list[tuple[int, ...]] = []
         # domain ids per depth (index 0: [root])
         self.by_depth: list[list[int]] = [[0]] + [[] for _ in self.levels]
+        self._span_names: tuple[str, ...] = (PACK_NVLINK, PACK_NODE, *reversed(self.levels), CLUSTER)
 
     def add_node(self, spec: NodeSpec) -> tuple[int, ...]:
         """Place a new node (the next node id) in the tree; returns its domains, root first."""
@@ -63,7 +64,7 @@ class ClusterTopology:
     # Spans, tightest first: nvlink, node, innermost level ... outermost level, cluster.
     @property
     def span_names(self) -> tuple[str, ...]:
-        return (PACK_NVLINK, PACK_NODE, *reversed(self.levels), CLUSTER)
+        return self._span_names
 
     def span_index(self, name: str) -> int:
         """Index of a pack level among the spans; ValueError names the known ones."""
