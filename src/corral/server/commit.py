@@ -6,26 +6,33 @@ and the unique index on live allocations makes a GPU given twice a database erro
 global version check. Each group runs in a SAVEPOINT of the scheduler's one transaction per
 cycle (group commit); a group whose guard fails is dropped and reported, and the scheduler
 rebuilds its memory from the database before the next cycle.
+
+Starts and endings, the bulk of a busy cycle, are written many at once (`Batch.groups`): one
+savepoint and a few executemany statements for all of them, each guard checked for every item
+(row counts, the unique index). When any guard fails there, that savepoint is rolled back and
+each item is written alone in its own savepoint, so only the stale ones are dropped, exactly as
+if they had been written one by one.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
-from sqlalchemy import Connection, and_, bindparam, insert, select, update
+from sqlalchemy import Connection, bindparam, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from corral.core.decisions import Preempt, Start
 from corral.core.eventshape import placement_json
+from corral.server.endings import Ending
 from corral.store import schema
 from corral.store.engine import append_events, dumps
 
-RESTART_BACKOFF = 10.0
-RESTART_BACKOFF_MAX = 300.0
 MASTER_PORTS = range(29500, 30000)
+CHUNK = 500  # values in one IN (...) or OR of prefixes (SQLite's limit on bound values is far above)
+
+T = TypeVar("T")
 
 
 class GuardFailed(Exception):
@@ -45,110 +52,159 @@ class Batch:
 
     def group(self, label: str, fn: Any, *args: Any) -> bool:
         """Run `fn(*args)` in a savepoint; False (and rolled back) when a guard or the unique index fails."""
+        mark = len(self.own_seqs)
         try:
             with self.conn.begin_nested():
                 fn(*args)
             return True
         except (GuardFailed, IntegrityError) as exc:
+            del self.own_seqs[mark:]  # rolled back: those seqs will be someone else's
             self.dropped.append(f"{label}: {exc}")
             return False
+
+    def groups(
+        self, fn: Callable[[Sequence[T]], None], items: Sequence[T], label: Callable[[T], str]
+    ) -> list[bool]:
+        """`fn(items)` in one savepoint, every item its own group: which were written.
+
+        `fn` raises when any item's guard fails; then each item is written alone, in its own
+        savepoint, and only those whose guard fails are dropped.
+        """
+        if len(items) > 1:
+            mark = len(self.own_seqs)
+            try:
+                with self.conn.begin_nested():
+                    fn(items)
+                return [True] * len(items)
+            except (GuardFailed, IntegrityError):
+                del self.own_seqs[mark:]
+        return [self.group(label(item), fn, [item]) for item in items]
 
     def events(self, entries: Sequence[dict[str, Any]]) -> None:
         stored = append_events(self.conn, entries, self.is_sqlite)
         self.own_seqs.extend(e["seq"] for e in stored)
 
     def outbox(self, node: str, body: dict[str, Any]) -> None:
-        self.conn.execute(insert(schema.outbox).values(node=node, body=dumps(body)))
-        self.touched_nodes.add(node)
+        self.outboxes([(node, body)])
+
+    def outboxes(self, orders: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        if orders:
+            self.conn.execute(insert(schema.outbox), [{"node": n, "body": dumps(b)} for n, b in orders])
+            self.touched_nodes.update(n for n, _ in orders)
 
     # ---- decisions ------------------------------------------------------------------------
-    def start(
-        self,
-        s: Start,
-        previous_attempt: int,
-        request: dict[str, Any],
-        run_as: str,
-        time_limit: float | None = None,
-    ) -> None:
-        conn, j = self.conn, schema.jobs
-        nodes = sorted({r.node for r in s.placement})
-        up = conn.execute(
-            select(schema.nodes.c.name, schema.nodes.c.address, schema.nodes.c.network).where(
-                schema.nodes.c.name.in_(nodes), schema.nodes.c.state == "up"
+    def starts(self, items: Sequence[StartItem]) -> None:
+        """Start every item's attempt, all or none: each job still pending, unheld and at the
+        attempt the scheduler saw, each node of its placement up, no GPU live twice."""
+        if not items:
+            return
+        conn, j, now = self.conn, schema.jobs, self.now
+        n = schema.nodes
+        names = sorted({r.node for item in items for r in item.start.placement})
+        up: dict[str, Any] = {}
+        for chunk in _chunks(names):
+            for row in conn.execute(
+                select(n.c.name, n.c.address, n.c.network).where(n.c.name.in_(chunk), n.c.state == "up")
+            ):
+                up[row.name] = row
+        for item in items:
+            if any(r.node not in up for r in item.start.placement):
+                raise GuardFailed(f"start {item.start.job}: a node of its placement is no longer up")
+        for first in (True, False):  # a first attempt sets the job's start time
+            rows = [
+                {"b_job": i.start.job, "b_previous": i.previous_attempt, "b_attempt": i.start.attempt}
+                for i in items
+                if (i.previous_attempt == 0) == first
+            ]
+            if not rows:
+                continue
+            values: dict[str, Any] = {"start_time": now} if first else {}
+            changed = conn.execute(
+                update(j)
+                .where(
+                    j.c.id == bindparam("b_job"),
+                    j.c.state == "pending",
+                    j.c.held.is_(False),
+                    j.c.attempt == bindparam("b_previous"),
+                )
+                .values(
+                    state="starting",
+                    attempt=bindparam("b_attempt"),
+                    version=j.c.version + 1,
+                    reason="",
+                    reason_code="",
+                    **values,
+                ),
+                rows,
+            ).rowcount
+            if changed != len(rows):
+                what = f"start {rows[0]['b_job']}" if len(rows) == 1 else f"{len(rows)} starts"
+                raise GuardFailed(f"{what}: a job is no longer pending at the attempt seen")
+        ports = self._master_ports([i.start.placement[0].node for i in items if i.start.placement])
+        attempts, gpus, events, orders = [], [], [], []
+        for item in items:
+            s = item.start
+            placement = placement_json(s.placement)
+            master_port = _lowest_free(ports, s.placement[0].node) if s.placement else MASTER_PORTS[0]
+            attempts.append(
+                {
+                    "job_id": s.job,
+                    "attempt": s.attempt,
+                    "state": "starting",
+                    "placement": dumps(placement),
+                    "master_port": master_port,
+                    "started_at": now,
+                }
             )
-        ).all()
-        if len(up) != len(nodes):
-            raise GuardFailed(f"start {s.job}: a node of its placement is no longer up")
-        changed = conn.execute(
-            update(j)
-            .where(
-                j.c.id == s.job, j.c.state == "pending", j.c.held.is_(False), j.c.attempt == previous_attempt
+            gpus += [
+                {"job_id": s.job, "attempt": s.attempt, "node": r.node, "gpu": g, "live": 1}
+                for r in s.placement
+                for g in r.gpus
+            ]
+            events.append(
+                {"event": "start", "t": now, "job": s.job, "attempt": s.attempt, "placement": placement}
             )
-            .values(
-                state="starting",
-                attempt=s.attempt,
-                version=j.c.version + 1,
-                reason="",
-                reason_code="",
-                start_time=self.now if previous_attempt == 0 else j.c.start_time,
-            )
-        ).rowcount
-        if changed != 1:
-            raise GuardFailed(f"start {s.job}: the job is no longer pending at attempt {previous_attempt}")
-        placement = placement_json(s.placement)
-        master_port = self._master_port(s.placement[0].node) if s.placement else MASTER_PORTS[0]
-        conn.execute(
-            insert(schema.attempts).values(
-                job_id=s.job,
-                attempt=s.attempt,
-                state="starting",
-                placement=dumps(placement),
-                master_port=master_port,
-                started_at=self.now,
-            )
-        )
-        gpus = [
-            {"job_id": s.job, "attempt": s.attempt, "node": r.node, "gpu": g, "live": 1}
-            for r in s.placement
-            for g in r.gpus
-        ]
+            nodes = sorted({r.node for r in s.placement})
+            order = {
+                "kind": "start",
+                "job": s.job,
+                "attempt": s.attempt,
+                "placement": placement,
+                "run_as": item.run_as,
+                "spec": item.request,
+                "addresses": {name: up[name].address for name in nodes},
+                "networks": {
+                    name: json.loads(up[name].network) for name in nodes if up[name].network not in ("", "{}")
+                },
+                "master_port": master_port,
+                # per attempt, on the agent's monotonic clock (DESIGN.md 6.5): seconds, not a deadline
+                "time_limit_s": item.time_limit,
+            }
+            orders += [(node, order) for node in nodes]
+        conn.execute(insert(schema.attempts), attempts)
         if gpus:  # a job of 0 GPUs holds none (an empty executemany would insert one empty row)
             conn.execute(insert(schema.allocations), gpus)
-        self.events(
-            [{"event": "start", "t": self.now, "job": s.job, "attempt": s.attempt, "placement": placement}]
-        )
-        order = {
-            "job": s.job,
-            "attempt": s.attempt,
-            "placement": placement,
-            "run_as": run_as,
-            "spec": request,
-            "addresses": {r.name: r.address for r in up},
-            "networks": {r.name: json.loads(r.network or "{}") for r in up if r.network not in ("", "{}")},
-            "master_port": master_port,
-            # per attempt, on the agent's monotonic clock (DESIGN.md 6.5): seconds, not a deadline
-            "time_limit_s": time_limit,
-        }
-        for node in nodes:
-            self.outbox(node, {"kind": "start", **order})
+        self.events(events)
+        self.outboxes(orders)
 
-    def _master_port(self, node: str) -> int:
-        """DESIGN.md 4.3: the lowest port of the range no live attempt with replica 0 on `node` holds."""
+    def _master_ports(self, nodes: list[str]) -> dict[str, set[int]]:
+        """DESIGN.md 4.3: per node, the master ports that live attempts with replica 0 on it hold."""
         a = schema.attempts
-        prefix = '[{"node":' + json.dumps(node) + ","
-        taken = set(
-            self.conn.execute(
-                select(a.c.master_port).where(
+        taken: dict[str, set[int]] = {node: set() for node in nodes}
+        for chunk in _chunks(sorted(taken)):
+            prefixes = ['[{"node":' + json.dumps(node) + "," for node in chunk]
+            rows = self.conn.execute(
+                select(a.c.master_port, a.c.placement).where(
                     a.c.state != "ended",
                     a.c.master_port.is_not(None),
-                    a.c.placement.startswith(prefix, autoescape=True),
+                    or_(*(a.c.placement.startswith(p, autoescape=True) for p in prefixes)),
                 )
-            ).scalars()
-        )
-        for port in MASTER_PORTS:
-            if port not in taken:
-                return port
-        raise GuardFailed(f"no free master port on {node}")
+            )
+            for port, placement in rows:
+                node = json.loads(placement)[0]["node"]
+                if node in taken:
+                    taken[node].add(port)
+        return taken
 
     def preempt(self, victims: Sequence[tuple[Preempt, list[str]]]) -> None:
         """Tell every victim of one preemptor to checkpoint and stop; all or none."""
@@ -226,122 +282,144 @@ class Batch:
             self.conn.execute(insert(schema.reasons), history)
 
     # ---- endings --------------------------------------------------------------------------
-    def end(self, job: str, attempt: int, outcome: Ending) -> None:
-        """Close an attempt, release its GPUs, move the job on, and log the ending event."""
-        a, j, al = schema.attempts, schema.jobs, schema.allocations
-        before = self.conn.execute(
-            select(a.c.state, a.c.placement).where(a.c.job_id == job, a.c.attempt == attempt)
-        ).first()
-        changed = self.conn.execute(
+    def ends(self, items: Sequence[EndItem]) -> None:
+        """Close each attempt, release its GPUs, move its job on, log the ending events; all or none."""
+        if not items:
+            return
+        conn, a, al = self.conn, schema.attempts, schema.allocations
+        keys = {(i.job, i.attempt) for i in items}
+        before: dict[tuple[str, int], Any] = {}
+        for chunk in _chunks(sorted({i.job for i in items})):
+            for row in conn.execute(
+                select(a.c.job_id, a.c.attempt, a.c.state, a.c.placement).where(a.c.job_id.in_(chunk))
+            ):
+                if (row.job_id, row.attempt) in keys:
+                    before[(row.job_id, row.attempt)] = row
+        ends = [
+            {
+                "b_job": i.job,
+                "b_attempt": i.attempt,
+                "b_kind": i.outcome.event,
+                "b_exit_code": i.outcome.exit_code,
+                "b_rank": i.outcome.rank,
+            }
+            for i in items
+        ]
+        changed = conn.execute(
             update(a)
-            .where(a.c.job_id == job, a.c.attempt == attempt, a.c.state != "ended")
+            .where(
+                a.c.job_id == bindparam("b_job"), a.c.attempt == bindparam("b_attempt"), a.c.state != "ended"
+            )
             .values(
                 state="ended",
                 ended_at=self.now,
-                end_kind=outcome.event,
-                exit_code=outcome.exit_code,
-                rank=outcome.rank,
-            )
+                end_kind=bindparam("b_kind"),
+                exit_code=bindparam("b_exit_code"),
+                rank=bindparam("b_rank"),
+            ),
+            ends,
         ).rowcount
-        if changed != 1 or before is None:
-            raise GuardFailed(f"end {job}: attempt {attempt} already ended")
-        nodes = sorted({p["node"] for p in json.loads(before.placement)})
-        if before.state != "stopping" and len(nodes) > 1:
-            # one node's workers exited and the gang is over: the other nodes' workers may still run
-            # on GPUs released here, so every node is told to kill what is left (before any new start)
-            for node in nodes:
-                self.outbox(
-                    node, {"kind": "stop", "job": job, "attempt": attempt, "grace": 0.0, "why": outcome.event}
-                )
-        self.conn.execute(
+        if changed != len(items) or len(before) != len(items):
+            what = f"end {items[0].job}" if len(items) == 1 else f"{len(items)} endings"
+            raise GuardFailed(f"{what}: an attempt already ended")
+        orders: list[tuple[str, dict[str, Any]]] = []
+        for i in items:
+            row = before[(i.job, i.attempt)]
+            nodes = sorted({p["node"] for p in json.loads(row.placement)})
+            if row.state != "stopping" and len(nodes) > 1:
+                # one node's workers exited and the gang is over: the other nodes' workers may still
+                # run on GPUs released here, so every node is told to kill what is left (before any
+                # new start)
+                stop = {
+                    "kind": "stop",
+                    "job": i.job,
+                    "attempt": i.attempt,
+                    "grace": 0.0,
+                    "why": i.outcome.event,
+                }
+                orders += [(node, stop) for node in nodes]
+        self.outboxes(orders)
+        conn.execute(
             update(al)
-            .where(and_(al.c.job_id == job, al.c.attempt == attempt, al.c.live == 1))
-            .values(live=None)
+            .where(al.c.job_id == bindparam("b_job"), al.c.attempt == bindparam("b_attempt"), al.c.live == 1)
+            .values(live=None),
+            [{"b_job": i.job, "b_attempt": i.attempt} for i in items],
         )
-        values: dict[str, Any] = {
-            "state": outcome.state,
-            "version": j.c.version + 1,
-            "exit_code": outcome.exit_code,
-        }
-        if outcome.state != "pending":  # a terminal state: its reason is how it ended, not why it waited
-            values.update(end_time=self.now, reason=outcome.reason, reason_code=outcome.event)
-        if outcome.event == "restart":
-            values["restarts"] = j.c.restarts + 1
-            values["not_before"] = outcome.not_before
-        self.conn.execute(update(j).where(j.c.id == job, j.c.attempt == attempt).values(**values))
-        event: dict[str, Any] = {"event": outcome.event, "t": self.now, "job": job, "attempt": attempt}
-        if outcome.reason:
-            event["reason"] = outcome.reason
-        if outcome.exit_code is not None:
-            event["exit_code"] = outcome.exit_code
-        if outcome.rank is not None:
-            event["rank"] = outcome.rank
-        if outcome.log_tail:
-            event["log_tail"] = outcome.log_tail
-        self.events([event])
+        self._move_jobs(items)
+        self.events([_ending_event(i, self.now) for i in items])
+
+    def _move_jobs(self, items: Sequence[EndItem]) -> None:
+        """Each ended attempt's job to its next state: one executemany per shape of change."""
+        j = schema.jobs
+        shapes: dict[tuple[bool, bool], list[dict[str, Any]]] = {}
+        for i in items:
+            o = i.outcome
+            terminal, restart = o.state != "pending", o.event == "restart"
+            row = {"b_job": i.job, "b_attempt": i.attempt, "b_state": o.state, "b_exit_code": o.exit_code}
+            if terminal:  # a terminal state: its reason is how it ended, not why it waited
+                row.update(b_reason=o.reason, b_reason_code=o.event)
+            if restart:
+                row["b_not_before"] = o.not_before
+            shapes.setdefault((terminal, restart), []).append(row)
+        for (terminal, restart), rows in shapes.items():
+            values: dict[str, Any] = {
+                "state": bindparam("b_state"),
+                "version": j.c.version + 1,
+                "exit_code": bindparam("b_exit_code"),
+            }
+            if terminal:
+                values.update(
+                    end_time=self.now, reason=bindparam("b_reason"), reason_code=bindparam("b_reason_code")
+                )
+            if restart:
+                values.update(restarts=j.c.restarts + 1, not_before=bindparam("b_not_before"))
+            self.conn.execute(
+                update(j)
+                .where(j.c.id == bindparam("b_job"), j.c.attempt == bindparam("b_attempt"))
+                .values(**values),
+                rows,
+            )
 
 
-class Ending:
-    """What an attempt's end means for its job: the event, the job's next state, the backoff."""
+class StartItem(NamedTuple):
+    """One start to write: the decision, the attempt the job was at, what its agents are sent."""
 
-    __slots__ = ("event", "exit_code", "log_tail", "not_before", "rank", "reason", "state")
-
-    def __init__(
-        self,
-        event: str,
-        state: str,
-        reason: str = "",
-        exit_code: int | None = None,
-        rank: int | None = None,
-        not_before: float = 0.0,
-        log_tail: str = "",
-    ) -> None:
-        self.event, self.state, self.reason = event, state, reason
-        self.exit_code, self.rank, self.not_before = exit_code, rank, not_before
-        self.log_tail = log_tail
-
-    @property
-    def requeues(self) -> bool:
-        return self.state == "pending"
+    start: Start
+    previous_attempt: int
+    request: dict[str, Any]
+    run_as: str
+    time_limit: float | None = None
 
 
-def ending_of(
-    stop_kind: str | None,
-    stop_by: str | None,
-    report: dict[str, Any],
-    restarts: int,
-    max_restarts: int,
-    now: float | None = None,
-) -> Ending:
-    """DESIGN.md 4.4 and 5: an exit after a stop order never counts against `max_restarts`.
+class EndItem(NamedTuple):
+    job: str
+    attempt: int
+    outcome: Ending
 
-    `report` is the agent's `exited` report: `exit_code`, `rank`, and where the agent knows more,
-    `why` (`time_limit`: it enforced the job's limit; `setup`: the attempt could not be set up on
-    the node, a mount source or the user missing, which no restart can fix; `launch`: a rank did
-    not start), `message`, and `log_tail` (the last lines of the failing rank's log).
-    """
-    now = time.time() if now is None else now
-    exit_code, rank = report.get("exit_code"), report.get("rank")
-    why, message = report.get("why") or "", report.get("message") or ""
-    tail = report.get("log_tail") or ""
-    if stop_kind == "preempt":
-        return Ending(
-            "preempt", "pending", f"preempted by {stop_by}" if stop_by else "preempted", exit_code, rank
-        )
-    if stop_kind == "requeue":
-        return Ending("preempt", "pending", f"requeued by {stop_by or 'an operator'}", exit_code, rank)
-    if stop_kind == "cancel":
-        return Ending("cancel", "cancelled", f"cancelled by {stop_by or 'a user'}", exit_code, rank)
-    if stop_kind == "time_limit" or why == "time_limit":
-        return Ending("fail", "failed", "time_limit", exit_code, rank, log_tail=tail)
-    if why == "lost":  # the node came back without the workers: a disruption, not a failure
-        return Ending("lost", "pending", message or "node lost", exit_code, rank)
-    if why == "setup":
-        return Ending("fail", "failed", message or "the attempt could not be set up", exit_code, rank)
-    if exit_code == 0:
-        return Ending("finish", "finished", "", 0, None)
-    what = message or f"worker exited with {exit_code}"
-    if restarts < max_restarts:
-        backoff = min(RESTART_BACKOFF * 2**restarts, RESTART_BACKOFF_MAX)
-        return Ending("restart", "pending", what, exit_code, rank, now + backoff, log_tail=tail)
-    return Ending("fail", "failed", f"{what}; no restarts left", exit_code, rank, log_tail=tail)
+
+def _ending_event(i: EndItem, now: float) -> dict[str, Any]:
+    o = i.outcome
+    event: dict[str, Any] = {"event": o.event, "t": now, "job": i.job, "attempt": i.attempt}
+    if o.reason:
+        event["reason"] = o.reason
+    if o.exit_code is not None:
+        event["exit_code"] = o.exit_code
+    if o.rank is not None:
+        event["rank"] = o.rank
+    if o.log_tail:
+        event["log_tail"] = o.log_tail
+    return event
+
+
+def _chunks(values: Sequence[T]) -> list[Sequence[T]]:
+    return [values[k : k + CHUNK] for k in range(0, len(values), CHUNK)]
+
+
+def _lowest_free(taken: dict[str, set[int]], node: str) -> int:
+    """The lowest master port not held on `node`, now held (DESIGN.md 4.3)."""
+    held = taken.setdefault(node, set())
+    for port in MASTER_PORTS:
+        if port not in held:
+            held.add(port)
+            return port
+    raise GuardFailed(f"no free master port on {node}")

@@ -31,8 +31,9 @@ from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
 from corral.server import metrics
 from corral.server.cluster import get_setting, load_cluster, node_spec_of, scheduling_state
-from corral.server.commit import Batch, Ending, ending_of
+from corral.server.commit import Batch, EndItem, StartItem
 from corral.server.doorbell import Bell, Doorbell
+from corral.server.endings import Ending, ending_of
 from corral.server.jobs import spec_from_json
 from corral.server.reasons import ReasonBook
 from corral.server.restore import restore_attempt, unapplied_exits
@@ -46,11 +47,14 @@ JOURNAL_PAGE = 5000
 # kinds only a scheduler writes: one that is not this scheduler's own came from another
 FOREIGN_DECISIONS = ("start", "preempting", "preempt", "lost", "restart", "finish", "fail", "reject")
 # Under a flood of changes, cycles are gathered: the next starts no sooner than MIN_CYCLE_INTERVAL
-# after the last one began, nor sooner than CYCLE_DUTY times its duration after it ended, so a
-# long backlog costs the scheduler at most about a fifth of a core. An idle cluster's cycle takes
-# well under a millisecond: submit-to-start stays far below 100 ms.
+# after the last one began, nor sooner than CYCLE_DUTY times the last step (cycle and writes)
+# took after it ended, but a change waits at most MAX_CYCLE_PAUSE for that: a backlog of short
+# steps costs the scheduler at most half a core (the API keeps the rest and SQLite's write lock
+# between steps), and an exit or a submission reaches a cycle within MAX_CYCLE_PAUSE plus the
+# step under way. An idle cluster's cycle takes well under a millisecond.
 MIN_CYCLE_INTERVAL = 0.02
-CYCLE_DUTY = 4.0
+CYCLE_DUTY = 1.0
+MAX_CYCLE_PAUSE = 0.25
 REASON_FLUSH = 1.0  # seconds between writes of reasons alone (decisions write them at once)
 
 
@@ -197,7 +201,7 @@ class Scheduler:
         if not self.paused and self.state.jobs:
             result = schedule(self.state, self.profile, now)
             took = time.monotonic() - began
-            self.next_cycle = max(began + MIN_CYCLE_INTERVAL, began + took * (1 + CYCLE_DUTY))
+            self.next_cycle = _next_cycle(began, took)
             metrics.CYCLE_SECONDS.observe(took)
             self.cycles += 1
         changes: list[tuple[str, str, str, bool]] = []
@@ -222,7 +226,7 @@ class Scheduler:
             self.reload()
         self.api_bell.ring()
         if result is not None:  # the writes count toward the cycle's duty too
-            self.next_cycle = max(self.next_cycle, began + (time.monotonic() - began) * (1 + CYCLE_DUTY))
+            self.next_cycle = max(self.next_cycle, _next_cycle(began, time.monotonic() - began))
 
     def _read_journal(self) -> list[Any]:
         e = schema.events
@@ -396,8 +400,8 @@ class Scheduler:
         assert state is not None
         with self.engines.writer.begin() as conn:
             batch = Batch(conn, self.engines.is_sqlite, now)
-            for job_id, attempt, ending in endings:
-                batch.group(f"end {job_id}", batch.end, job_id, attempt, ending)
+            ends = [EndItem(job_id, attempt, ending) for job_id, attempt, ending in endings]
+            batch.groups(batch.ends, ends, lambda e: f"end {e.job}")
             if result is not None:
                 self._decisions(batch, result)
             batch.reasons(changes)
@@ -418,12 +422,16 @@ class Scheduler:
                 metrics.PREEMPTIONS.labels("preempt").inc(len(victims))
         if result.starts:
             extra = self._start_extras([s.job for s in result.starts])
+            items = []
             for s in result.starts:
-                request, run_as, submitted = extra[s.job]
+                request, run_as, _ = extra[s.job]
                 running = state.running.get(s.job)
                 limit = running.job.spec.time_limit if running is not None else None
-                if batch.group(f"start {s.job}", batch.start, s, s.attempt - 1, request, run_as, limit):
-                    metrics.ADMISSION_WAIT.observe(max(0.0, batch.now - submitted))
+                items.append(StartItem(s, s.attempt - 1, request, run_as, limit))
+            written = batch.groups(batch.starts, items, lambda i: f"start {i.start.job}")
+            for item, ok in zip(items, written, strict=True):
+                if ok:
+                    metrics.ADMISSION_WAIT.observe(max(0.0, batch.now - extra[item.start.job][2]))
 
     def _start_extras(self, ids: list[str]) -> dict[str, tuple[dict[str, Any], str, float]]:
         j = schema.jobs
@@ -453,6 +461,11 @@ def _shape(spec: NodeSpec) -> tuple[object, ...]:
         sorted(spec.labels.items()),
         spec.nvlink,
     )
+
+
+def _next_cycle(began: float, took: float) -> float:
+    """When the next cycle may start, after a step that began at `began` and took `took` s."""
+    return began + max(MIN_CYCLE_INTERVAL, took + min(took * CYCLE_DUTY, MAX_CYCLE_PAUSE))
 
 
 def _decided(result: CycleResult) -> bool:
