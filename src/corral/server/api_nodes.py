@@ -442,6 +442,8 @@ async def register(request: Request, reg: Registration) -> Response:
     # node's silence from the server's start (it would declare a joining node silent or lost)
     ctx.heartbeats[reg.node] = time.monotonic()
     out = await ctx.write(lambda conn: _register(ctx, who, reg, conn))
+    if who.role == "agent" and not who.node:  # bound now: a lookup made before the commit is stale
+        ctx.tokens.forget(who.token_id)
     ctx.incarnations[reg.node] = out["incarnation"]
     ctx.heartbeats[reg.node] = time.monotonic()
     ctx.silent.discard(reg.node)

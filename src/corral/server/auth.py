@@ -2,13 +2,18 @@
 
 A token is 256 random bits (`secrets.token_urlsafe(32)`) behind a short public id; only its
 SHA-256 is stored (not bcrypt: a slow hash would cap the API at dozens of requests per second,
-and a random 256-bit secret needs no stretching). Lookups are cached for a few seconds;
-revoking through this process drops the cache entry at once.
+and a random 256-bit secret needs no stretching). Lookups are cached for CACHE_SECONDS (about
+five minutes, longer than an agent's heartbeat interval, so heartbeats are served from memory).
+Tokens change only through the API process (`corral token revoke`, `DELETE /v1/tokens/ID`; a
+join token bound at registration), which drops the cache entries at once, so a revocation
+takes effect with the next request; the expiry only bounds how long a change made behind the
+API's back (an edit of the database) goes unseen.
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
 import secrets
 import threading
 import time
@@ -19,7 +24,7 @@ from sqlalchemy import Connection, Engine, insert, select, update
 from corral.store import schema
 
 ROLES = ("admin", "member", "agent")
-CACHE_SECONDS = 5.0
+CACHE_SECONDS = 300.0  # each entry lives 0.75 to 1 times this, so a fleet's misses spread out
 
 
 @dataclass(frozen=True)
@@ -80,12 +85,14 @@ def revoke_token(conn: Connection, token_id: str) -> bool:
 
 
 class TokenCache:
-    """SHA-256 of a token -> Principal, read through to the database every few seconds."""
+    """SHA-256 of a token -> Principal, read through to the database every few minutes."""
 
-    def __init__(self, reader: Engine) -> None:
+    def __init__(self, reader: Engine, seconds: float = CACHE_SECONDS) -> None:
         self.reader = reader
+        self.seconds = seconds
         self._lock = threading.Lock()
         self._entries: dict[str, tuple[float, Principal | None]] = {}
+        self._generation = 0  # bumped by forget(): a lookup that raced with it is not cached
 
     def cached(self, token: str) -> Principal | bool | None:
         """The cached answer without touching the database; False when there is none."""
@@ -100,6 +107,7 @@ class TokenCache:
         hit = self._entries.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
+        generation = self._generation
         t = schema.tokens
         with self.reader.connect() as conn:
             row = conn.execute(select(t).where(t.c.hash == key)).first()
@@ -107,13 +115,17 @@ class TokenCache:
         if row is not None and row.revoked_at is None:
             who = Principal(row.name, row.role, row.team, row.node, row.run_as, row.id)
         with self._lock:
+            if generation != self._generation:  # read before a revocation committed: not kept
+                return who
             if len(self._entries) > 100_000:
                 self._entries.clear()
-            self._entries[key] = (now + CACHE_SECONDS, who)
+            self._entries[key] = (now + self.seconds * random.uniform(0.75, 1.0), who)
         return who
 
     def forget(self, token_id: str) -> None:
+        """Drop a token's entries (call after the change is committed)."""
         with self._lock:
+            self._generation += 1
             for key, (_, who) in list(self._entries.items()):
                 if who is not None and who.token_id == token_id:
                     del self._entries[key]
