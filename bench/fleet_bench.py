@@ -21,7 +21,9 @@ to its answer; the time a heartbeat was due but not yet sent is given apart, so 
 client shows), scheduling cycles (the `corral_scheduling_cycle_seconds` histogram, read from
 the server's prometheus multiprocess files: count, mean, and the bucket bounds of p50 and p99),
 RSS of the API and scheduler processes (sampled every second), CPU of the API, scheduler and
-fleet processes. docs/benchmarks.md ("Fleet") records results.
+fleet processes; from the server's journal afterwards, first start - submit per job and, per
+ended attempt, the time from its exit report's commit to the ending its cycle wrote.
+docs/benchmarks.md ("Fleet") records results.
 """
 
 from __future__ import annotations
@@ -110,6 +112,40 @@ def cycle_figures(first: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]
     return out
 
 
+ENDINGS = ("finish", "fail", "restart", "preempt", "lost", "cancel")
+
+
+def delays(db: Path, after: float) -> dict[str, Any]:
+    """From the server's journal: first start - submit per job, and per ended attempt, its last
+    exit report's commit (`x.exit`) -> the ending the scheduler wrote (the report's cycle)."""
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute("SELECT kind, t, body FROM events WHERE t >= ? ORDER BY seq", (after,)).fetchall()
+    finally:
+        conn.close()
+    submitted: dict[str, float] = {}
+    waits: list[float] = []
+    exits: dict[tuple[str, int], float] = {}
+    to_cycle: list[float] = []
+    for kind, t, body in rows:
+        event = json.loads(body)
+        job = event.get("job")
+        if kind == "submit":
+            submitted[job] = t
+        elif kind == "start" and event["attempt"] == 1 and job in submitted:
+            waits.append(t - submitted[job])
+        elif kind == "x.exit":
+            exits[(job, event["attempt"])] = t
+        elif kind in ENDINGS and (job, event.get("attempt")) in exits:
+            to_cycle.append(t - exits.pop((job, event["attempt"])))
+    return {
+        "start_wait_p50_s": percentile(waits, 50), "start_wait_p99_s": percentile(waits, 99),
+        "exit_to_cycle_p50_s": percentile(to_cycle, 50), "exit_to_cycle_p99_s": percentile(to_cycle, 99),
+    }  # fmt: skip
+
+
 def cluster_file(path: Path, nodes: int, queues: list[str]) -> None:
     lines = ["name: fleet", "topology: [leaf]", "nodes:"]
     for i in range(0, nodes, 32):
@@ -195,6 +231,7 @@ def bench(nodes: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         submit_per_s=len(took) / trace["window_s"], submit_p50_ms=1000 * percentile(took, 50),
         submit_p99_ms=1000 * percentile(took, 99), submit_max_ms=1000 * max(took, default=float("nan")),
     )  # fmt: skip
+    trace.update(delays(tmp / "live" / "corral.db", run.origin))
     register = fleet.summary().get("register", {})
     return {
         "nodes": nodes, "jobs": len(jobs), "submitted": len(run.submitted.ids), "speed": speed,
@@ -220,6 +257,10 @@ ROWS = [
     ("heartbeat_late_p99_ms", "heartbeat sent late (client) p99 ms"),
     ("report.exited_per_s", "exit reports/s"),
     ("report.exited_p99_ms", "exit report p99 ms"),
+    ("start_wait_p50_s", "first start - submit p50 s"),
+    ("start_wait_p99_s", "first start - submit p99 s"),
+    ("exit_to_cycle_p50_s", "exit report committed -> its cycle p50 s"),
+    ("exit_to_cycle_p99_s", "exit report committed -> its cycle p99 s"),
     ("cycles", "scheduling cycles"),
     ("cycle_mean_ms", "cycle mean ms"),
     ("cycle_p50_ms", "cycle p50 ms (bucket bound)"),
