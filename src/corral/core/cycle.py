@@ -131,8 +131,16 @@ class _Cycle:
 
     def _walk(self, queues: list[QueueState]) -> repeats.Walk | None:
         """A walk that passes over jobs repeating an answer (None: look at every job: a strict
-        FIFO passes over none, and with very many shapes looking at each job costs less)."""
-        if self.profile.head_of_line or sum(len(q.by_verdict) for q in queues) > repeats.MANY_SHAPES:
+        FIFO passes over none, and with very few jobs or very many shapes looking at each job
+        costs less)."""
+        if self.profile.head_of_line:
+            return None
+        if len(queues) == 1:
+            jobs, shapes = len(queues[0].pending_keys), len(queues[0].by_verdict)
+        else:
+            jobs = sum(len(q.pending_keys) for q in queues)
+            shapes = sum(len(q.by_verdict) for q in queues)
+        if jobs <= repeats.FEW_JOBS or shapes > repeats.MANY_SHAPES:
             return None
         return repeats.Walk(queues, self.now, self.verdicts, self.result.reasons)
 

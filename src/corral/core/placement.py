@@ -56,13 +56,15 @@ def place(
     index = state.index
     classes = req.classes
     g, total = req.gpus_per_replica, req.gpus
-    root_cap, root_free = index.capacity(0, classes, g)
-    if root_cap < req.replicas:
-        return Miss(len(state.topology.span_names) - 1, root_cap, root_free)
-    n_spans = len(state.topology.span_names)
+    # a node found here holds the whole gang, so the cluster's capacity holds it too: the
+    # capacity (a walk over buckets) is needed only when no single NVLink group fits
     node = _nvlink_fit(state, req)
     if node >= 0:
         return _take(state, req, [(node, req.replicas)])
+    root_cap, root_free = index.capacity(0, classes, g)
+    n_spans = len(state.topology.span_names)
+    if root_cap < req.replicas:
+        return Miss(n_spans - 1, root_cap, root_free)
     if req.max_span == 0:
         return Miss(0, 0, 0)
     node = index.best_fit(0, classes, total)

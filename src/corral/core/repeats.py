@@ -21,6 +21,7 @@ from corral.core.jobs import QueueState
 Key = tuple[object, ...]
 Verdicts = dict[int, tuple[int, Reason]]  # verdict key -> (queues' use version, reason)
 MANY_SHAPES = 512  # above this many shapes in one walk, looking at each job costs less
+FEW_JOBS = 8  # up to this many jobs in one walk, looking at each job costs less
 
 
 class Walk:
