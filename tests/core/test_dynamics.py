@@ -110,6 +110,37 @@ def test_two_queues_borrow_and_reclaim_without_ping_pong() -> None:
     assert len(d.finished) == 80
 
 
+def _borrowers(surplus: bool) -> Driver:
+    """Two queues with small quotas on 16 GPUs; a borrows 14, then b's demand arrives above its quota."""
+    qs = [QueueSpec(QueueName("a"), quota=2), QueueSpec(QueueName("b"), quota=2)]
+    state = state_of(nodes(2, 8), qs)
+    args = {"priority_reclaim": {"surplus": True}} if surplus else None
+    d = Driver(state, load_policy("default", args))
+    for i in range(14):
+        d.submit(job(f"a{i}", "a", gpus=1, priority="low"), duration=3000.0)
+    d.run(until=0.0)
+    for i in range(10):
+        d.submit(job(f"b{i}", "b", gpus=1, priority="low", submit=700.0), duration=3000.0, at=700.0)
+    d.run(until=700.0)
+    return d
+
+
+def test_by_default_reclaim_restores_quotas_and_borrowers_above_them_do_not_preempt_each_other() -> None:
+    d = _borrowers(surplus=False)
+    assert d.state.queues[QueueName("b")].alloc_gpus == 2  # its quota: the 2 idle GPUs
+    assert not d.preemptions  # b above its quota waits for a's jobs to end
+    d.run(until=3600.0)  # a's jobs end at 3000 s: freed GPUs go to b, the queue with demand
+    assert d.state.queues[QueueName("b")].alloc_gpus == 10 and not d.preemptions
+
+
+def test_surplus_reclaim_rebalances_borrowers_by_preemption_when_enabled() -> None:
+    d = _borrowers(surplus=True)
+    assert d.preemptions and all(v.startswith("a") and by.startswith("b") for _, v, by in d.preemptions)
+    d.run(until=1000.0)
+    a, b = (d.state.queues[QueueName(q)].alloc_gpus for q in "ab")
+    assert a == b == 8, (a, b)  # equal shares above equal quotas; no further moves
+
+
 def test_strict_fifo_blocks_everything_behind_the_head_with_a_reason() -> None:
     state = state_of(nodes(1, 8))
     occupy(state, "busy", "n00", range(6))

@@ -87,28 +87,19 @@ def policy(
     as_json: JsonOpt = False,
 ) -> None:
     """Change the scheduling policy: a new configuration revision (`corral queues rollback` undoes it)."""
-    args: dict[str, dict[str, object]] = {}
-    for item in arg or []:
-        key, sep, value = item.partition("=")
-        plugin, dot, field = key.partition(".")
-        if not sep or not dot or not plugin or not field:
-            fail(f"--arg {item!r}: write PLUGIN.KEY=VALUE", "e.g. --arg fair_share.half_life=604800")
-        args.setdefault(plugin, {})[field] = _value(value)
+    from corral.core.errors import ConfigError
+    from corral.policies.registry import parse_plugin_args
+
+    try:
+        args = parse_plugin_args(arg or [])
+    except ConfigError as exc:
+        fail(exc.detail, exc.fix)
     with connect(ctx, server, token) as corral:
         out = corral.set_policy(name, args or None, comment)
     if as_json:
         print_json(out)
     else:
         typer.echo(f"policy {name} is active (configuration revision {out['revision']})")
-
-
-def _value(text: str) -> object:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text, text)
 
 
 @admin_app.command()

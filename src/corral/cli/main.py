@@ -164,6 +164,12 @@ def simulate(
         str, typer.Option(help="run-time penalties for spreading: NVLINK,NODES,LEVEL (fractions)")
     ] = "0.05,0.15,0.10",
     seed: Annotated[int, typer.Option(help="seed of the random node failures")] = 0,
+    arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--arg", help="a plugin argument PLUGIN.KEY=VALUE (repeat), for each policy using the plugin"
+        ),
+    ] = None,
 ) -> None:
     """Replay a trace through the scheduling core on a virtual clock; compare policies side by side."""
     from corral.cli.simulate import simulate as run
@@ -191,7 +197,7 @@ def simulate(
         _fail("--min-interval must be >= 0 and --node-mtbf > 0")
     try:
         jobs = read_trace(trace, largest_node_gpus=cfg.largest_node_gpus)
-        run(cfg, jobs, policy or ["default"], options, events_out, report, as_json)
+        run(cfg, jobs, policy or ["default"], options, events_out, report, as_json, arg or [])
     except (ConfigError, TraceError) as exc:
         _fail(str(exc))
     except OSError as exc:

@@ -72,7 +72,9 @@ def nodes(
 
 
 def node_reason(n: dict[str, Any]) -> str:
-    reason = n["reason"] + (f" (deadline {when(n['drain_deadline'])})" if n.get("drain_deadline") else "")
+    reason = str(n["reason"])
+    if n.get("drain_deadline"):
+        reason += f" (deadline {when(n['drain_deadline'])})"
     if n.get("responding", True) or n["state"] == "lost":
         return reason
     return "; ".join(x for x in ("not responding: no new work", reason) if x)

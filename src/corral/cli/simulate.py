@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from corral.config.cluster_file import ClusterConfig
+from corral.core.errors import ConfigError
 from corral.core.plugins import Profile
-from corral.policies.registry import load_policy
+from corral.policies.registry import POLICIES, load_policy, parse_plugin_args, plugins_of
 from corral.sim.engine import SimOptions, SimStats, Simulation
 from corral.sim.eventlog import EventLog, JsonLinesSink, Sink
 from corral.sim.metrics import Measures
@@ -115,9 +116,23 @@ def simulate(
     events_out: Path | None,
     report: Path | None,
     as_json: bool,
+    plugin_args: Sequence[str] = (),
 ) -> dict[str, dict[str, Any]]:
-    """Run each policy, print the comparison (table or JSON), write the report; return the summaries."""
-    profiles = [load_policy(name) for name in policies]  # fail on a bad name before any run
+    """Run each policy, print the comparison (table or JSON), write the report; return the summaries.
+
+    `plugin_args` (`PLUGIN.KEY=VALUE`) go to every policy that uses the plugin."""
+    args = parse_plugin_args(list(plugin_args))
+    known = {name: plugins_of(name) for name in policies if name in POLICIES}
+    unused = sorted(set(args) - set().union(*known.values())) if known else []
+    if unused and len(known) == len(policies):
+        raise ConfigError(
+            f"no policy given uses plugin {', '.join(unused)}",
+            where="--arg",
+            fix="its plugins are: " + ", ".join(sorted(set().union(*known.values()))),
+        )
+    profiles = [  # fail on a bad name or argument before any run
+        load_policy(name, {k: v for k, v in args.items() if k in known.get(name, set())}) for name in policies
+    ]
     several = len(profiles) > 1
     summaries: dict[str, dict[str, Any]] = {}
     stats: dict[str, SimStats] = {}

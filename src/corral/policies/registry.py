@@ -109,7 +109,7 @@ def load_policy(name: str, args: Mapping[str, Mapping[str, Any]] | None = None) 
             f"unknown policy {name!r}", where="--policy", fix=f"use one of {', '.join(policy_names())}"
         )
     args = dict(args or {})
-    used = {spec["order"], spec.get("queue_order"), spec.get("victims"), *spec.get("admit", [])} - {None}
+    used = plugins_of(name)
     stray = sorted(set(args) - used)
     if stray:
         raise ConfigError(
@@ -136,3 +136,33 @@ def load_policy(name: str, args: Mapping[str, Mapping[str, Any]] | None = None) 
         description=str(spec["description"]),
         args={k: dict(v) for k, v in args.items()},
     )
+
+
+def plugins_of(name: str) -> set[str]:
+    """The plugins a built-in policy uses (the keys its arguments may have)."""
+    spec = POLICIES[name]
+    return {spec["order"], spec.get("queue_order"), spec.get("victims"), *spec.get("admit", [])} - {None}
+
+
+def parse_plugin_args(items: list[str]) -> dict[str, dict[str, Any]]:
+    """`PLUGIN.KEY=VALUE` items (the command line's `--arg`) as `load_policy` arguments; numbers
+    and true/false are converted, anything else stays text."""
+    args: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        plugin, dot, field = key.partition(".")
+        if not sep or not dot or not plugin or not field:
+            raise ConfigError(
+                f"--arg {item!r}: write PLUGIN.KEY=VALUE", fix="e.g. --arg priority_reclaim.surplus=true"
+            )
+        args.setdefault(plugin, {})[field] = _value(value)
+    return args
+
+
+def _value(text: str) -> object:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text, text)

@@ -35,7 +35,8 @@ class PriorityReclaim:
 
     @dataclass(frozen=True, slots=True)
     class Args:
-        reclaim: bool = True
+        reclaim: bool = True  # across queues: restore each queue's guaranteed quota
+        surplus: bool = False  # also rebalance borrowers above their quotas by preemption
 
     args: Args = Args()
     bounds_by_group = True
@@ -51,7 +52,12 @@ class PriorityReclaim:
         if not self.args.reclaim:
             return False
         return can_reclaim(
-            state, state.queues[mine.queue], mine.gpus, state.queues[theirs.queue], theirs.gpus
+            state,
+            state.queues[mine.queue],
+            mine.gpus,
+            state.queues[theirs.queue],
+            theirs.gpus,
+            self.args.surplus,
         )
 
     def group_eligible(
@@ -67,7 +73,7 @@ class PriorityReclaim:
             return False  # reclaim takes only from a queue above its quota
         # reclaim is easier the less is taken: the group's smallest candidate bounds them all
         freed = state.occupancy.smallest((queue, priority))
-        return can_reclaim(state, state.queues[mine.queue], mine.gpus, victim, freed)
+        return can_reclaim(state, state.queues[mine.queue], mine.gpus, victim, freed, self.args.surplus)
 
     def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
         spec = victim.spec
@@ -94,7 +100,7 @@ class PriorityReclaim:
                 freed[v.spec.queue] = freed.get(v.spec.queue, 0) + v.spec.gpus
         taker = state.queues[preemptor.spec.queue]
         return all(
-            can_reclaim(state, taker, preemptor.spec.gpus, state.queues[name], gpus)
+            can_reclaim(state, taker, preemptor.spec.gpus, state.queues[name], gpus, self.args.surplus)
             for name, gpus in freed.items()
         )
 

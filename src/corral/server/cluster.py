@@ -107,7 +107,7 @@ def node_values(spec: NodeSpec) -> dict[str, Any]:
     }
 
 
-def scheduling_state(row: Mapping[str, Any]) -> NodeState:
+def scheduling_state(row: Mapping[Any, Any]) -> NodeState:
     """The state the scheduler sees: an `up` node that is not responding takes no new work, like a
     cordoned one (its running work stays until the node is declared lost)."""
     state = NodeState(row["state"])
