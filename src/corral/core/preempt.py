@@ -156,30 +156,36 @@ def _full_scan(
     )
     if not candidates:
         return NO_CANDIDATES
-    rank = {id(a): i for i, a in enumerate(candidates)}
     allowed = set(req.classes)
-    on_node: dict[int, list[RunningAttempt]] = {}
-    for a in candidates:
-        for node, _ in a.placement:
-            if state.node_class[node] in allowed and state.is_schedulable(node):
-                lst = on_node.setdefault(node, [])
-                if not lst or lst[-1] is not a:
-                    lst.append(a)
+    node_class, is_schedulable = state.node_class, state.is_schedulable
+    # per usable node, its candidates in victim order: (rank, attempt, GPUs it holds there)
+    on_node: dict[int, list[tuple[int, RunningAttempt, int]]] = {}
+    for i, a in enumerate(candidates):
+        placement = a.placement
+        if len(placement) == 1:
+            node, mask = placement[0]
+            if node_class[node] in allowed and is_schedulable(node):
+                on_node.setdefault(node, []).append((i, a, mask.bit_count()))
+            continue
+        held: dict[int, int] = {}
+        for node, mask in placement:
+            held[node] = held.get(node, 0) + mask.bit_count()
+        for node, gpus in held.items():
+            if node_class[node] in allowed and is_schedulable(node):
+                on_node.setdefault(node, []).append((i, a, gpus))
     g = max(1, req.gpus_per_replica)
     avail = state.index.avail
     potential = {n: avail[n] for n in state.index.nodes_by_avail(0, req.classes, g, True)}
-    for node, attempts in on_node.items():
-        potential[node] = avail[node] + sum(
-            m.bit_count() for a in attempts for n, m in a.placement if n == node
-        )
+    for node, entries in on_node.items():
+        potential[node] = avail[node] + sum(gpus for _, _, gpus in entries)
 
     def cost(node: int, gpus: int) -> Cost:
         have, worst = avail[node], -(1 << 62)
-        for a in on_node.get(node, ()):
+        for i, _, held in on_node.get(node, ()):
             if have >= gpus:
                 break
-            worst = max(worst, rank[id(a)])
-            have += sum(m.bit_count() for n, m in a.placement if n == node)
+            worst = max(worst, i)
+            have += held
         return (worst, 0.0) if worst > _FREE[0] else _FREE
 
     nodes = _choose_nodes(state, req, {n: p for n, p in potential.items() if p >= g}, cost)
@@ -188,11 +194,11 @@ def _full_scan(
     needed: dict[int, RunningAttempt] = {}
     for node, gpus in nodes:
         have = avail[node]
-        for a in on_node.get(node, ()):
+        for _, a, held in on_node.get(node, ()):
             if have >= gpus:
                 break
             needed.setdefault(id(a), a)
-            have += sum(m.bit_count() for n, m in a.placement if n == node)
+            have += held
     return _confirm(state, req, job, list(needed.values()))
 
 

@@ -143,13 +143,29 @@ class AttainedService:
         """`eligible` and `order_key` computed together, the level once per attempt."""
         thresholds = self.args.thresholds
         mine = bisect_right(thresholds, preemptor.attained)
+        if mine >= len(thresholds):
+            return []  # nobody is above the top level
+        # the levels this preemptor may take from start at attained service `floor`
+        floor = thresholds[mine]
+        runtime_of = state.min_runtime_by_value
         keyed = []
         for a in attempts:
             job = a.job
             spec = job.spec
-            level = bisect_right(thresholds, job.attained + spec.gpus * (now - a.start))
-            if level > mine and not _protected(a, state, now):
-                keyed.append(((-level, a.lost_work(now), -a.start, spec.id), a))
+            start = a.start
+            gpus = spec.gpus
+            served = job.attained + gpus * (now - start)
+            if served < floor:
+                continue  # level <= mine
+            # _protected, inline: never non-preemptible, stopping, or inside its minimum run time
+            if not spec.preemptible or a.preempting_deadline is not None:
+                continue
+            if now - start < runtime_of.get(spec.priority, 0.0) * (1 << min(a.attempt - 1, 6)):
+                continue
+            level = bisect_right(thresholds, served)
+            # RunningAttempt.lost_work, inline
+            lost = gpus * (max(0.0, now - max(start, a.last_checkpoint)) + spec.checkpoint_grace)
+            keyed.append(((-level, lost, -start, spec.id), a))
         keyed.sort(key=_first)
         return [a for _, a in keyed]
 
