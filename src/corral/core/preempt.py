@@ -167,10 +167,10 @@ def _full_scan(
             if node_class[node] in allowed and is_schedulable(node):
                 on_node.setdefault(node, []).append((i, a, mask.bit_count()))
             continue
-        held: dict[int, int] = {}
+        per_node: dict[int, int] = {}
         for node, mask in placement:
-            held[node] = held.get(node, 0) + mask.bit_count()
-        for node, gpus in held.items():
+            per_node[node] = per_node.get(node, 0) + mask.bit_count()
+        for node, gpus in per_node.items():
             if node_class[node] in allowed and is_schedulable(node):
                 on_node.setdefault(node, []).append((i, a, gpus))
     g = max(1, req.gpus_per_replica)
