@@ -17,7 +17,9 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("nodes") as batch:
-        batch.add_column(sa.Column("responding", sa.Boolean(), server_default=sa.text("true"), nullable=False))
+        batch.add_column(
+            sa.Column("responding", sa.Boolean(), server_default=sa.text("true"), nullable=False)
+        )
 
 
 def downgrade() -> None:
