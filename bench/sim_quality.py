@@ -1,6 +1,7 @@
 """Quality: Corral's `default` policy against `fifo`, `sjf` (oracle) and `las` where scheduling matters.
 
 Run: .venv/bin/python bench/sim_quality.py [--only philly-0.25|philly-0.2|pollux] [--policy P ...]
+     [--min-interval S] [--checkpoint-interval S]
 - Philly as one shared cluster, one queue per virtual cluster with a quota of its share, at a
   quarter (88 nodes, 704 GPUs) and a fifth (70 nodes, 560 GPUs) of the Helios sizes.
 - The Pollux 160-job workloads (1.0x load) on Pollux's 16 nodes x 4 GPUs, averaged over the 8.
@@ -23,6 +24,7 @@ from corral.config.cluster_file import parse_cluster_config
 from corral.policies.registry import load_policy
 from corral.sim.engine import SimOptions, Simulation
 from corral.sim.eventlog import EventLog
+from corral.sim.jobmodel import PreemptionCost
 from corral.sim.loaders import load, shared_traces_dir
 from corral.sim.loaders.philly import load_philly, load_vc_nodes
 from corral.sim.metrics import Measures
@@ -40,6 +42,7 @@ FIELDS = [
     ("FTF max", ("finish_time_fairness", "max")),
     ("util", ("gpu_utilisation",)),
     ("preempt", ("jobs", "preemptions")),
+    ("lost GPU-h", ("preempted_gpu_hours_lost",)),
 ]
 
 
@@ -51,18 +54,29 @@ def _get(summary: dict[str, Any], path: tuple[str, ...]) -> float:
 
 
 MIN_INTERVAL = [0.0]  # seconds between cycles (--min-interval)
+CHECKPOINT: list[float | None] = [None]  # seconds of work between checkpoints (--checkpoint-interval)
 
 
 def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]:
     measures = Measures()
     started = time.perf_counter()
-    options = SimOptions(min_interval=MIN_INTERVAL[0])
+    options = SimOptions(
+        min_interval=MIN_INTERVAL[0], preemption=PreemptionCost(default_interval=CHECKPOINT[0])
+    )
     Simulation(cluster, jobs, load_policy(policy), EventLog([measures.feed]), options).run()
     s = measures.summary()
     row = {name: _get(s, path) for name, path in FIELDS}
     row["seconds"] = time.perf_counter() - started
     print(
-        json.dumps({"cluster": cluster.name, "policy": policy, "min_interval": MIN_INTERVAL[0], **row}),
+        json.dumps(
+            {
+                "cluster": cluster.name,
+                "policy": policy,
+                "min_interval": MIN_INTERVAL[0],
+                "checkpoint_interval": CHECKPOINT[0],
+                **row,
+            }
+        ),
         flush=True,
     )
     return row
@@ -104,8 +118,15 @@ def main() -> None:
     parser.add_argument("--only", choices=["philly-0.25", "philly-0.2", "pollux"])
     parser.add_argument("--policy", action="append", choices=POLICIES)
     parser.add_argument("--min-interval", type=float, default=0.0, help="seconds between cycles, at least")
+    parser.add_argument(
+        "--checkpoint-interval",
+        type=float,
+        help="seconds of work between checkpoints for jobs whose trace gives none (default: none, "
+        "a preempted job loses all its work)",
+    )
     args = parser.parse_args()
     MIN_INTERVAL[0] = args.min_interval
+    CHECKPOINT[0] = args.checkpoint_interval
     policies = args.policy or POLICIES
     cases = [args.only] if args.only else ["pollux", "philly-0.25", "philly-0.2"]
     for case in cases:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from corral.cli.main import app
@@ -57,3 +58,19 @@ def test_a_bad_argument_names_it_and_the_fix(tmp_path: Path) -> None:
     assert code != 0 and "has no argument bogus" in out and "reclaim, surplus" in out, out
     code, out = simulate("-c", cluster, "-t", trace, "--arg", "surplus")
     assert code != 0 and "write PLUGIN.KEY=VALUE" in out, out
+
+
+def test_a_checkpoint_interval_for_jobs_without_one_keeps_their_work_up_to_the_last(tmp_path: Path) -> None:
+    cluster, trace = files(tmp_path)
+    base = ["-c", cluster, "-t", trace, "--json", "--arg", "priority_reclaim.surplus=true"]
+    lost = []
+    for extra in ([], ["--checkpoint-interval", "600"]):
+        code, out = simulate(*base, *extra)
+        assert code == 0, out
+        lost.append(json.loads(out)["preempted_gpu_hours_lost"])
+    # six 1-GPU victims preempted 700 s after their start stop after their 30 s grace: all 730 s
+    # lost, or the 130 s since their checkpoint at 600 s
+    assert lost[0] == pytest.approx(6 * 730 / 3600, rel=0.01), lost
+    assert lost[1] == pytest.approx(6 * 130 / 3600, rel=0.01), lost
+    code, out = simulate(*base, "--checkpoint-interval", "0")
+    assert code != 0 and "checkpoint interval > 0" in out, out

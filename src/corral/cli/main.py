@@ -160,6 +160,10 @@ def simulate(
     restart_overhead: Annotated[
         float, typer.Option(help="seconds of extra run time after a preemption")
     ] = 30.0,
+    checkpoint_interval: Annotated[
+        float | None,
+        typer.Option(help="seconds of work between checkpoints for jobs whose trace gives none"),
+    ] = None,
     slowdown: Annotated[
         str, typer.Option(help="run-time penalties for spreading: NVLINK,NODES,LEVEL (fractions)")
     ] = "0.05,0.15,0.10",
@@ -186,12 +190,14 @@ def simulate(
         options = SimOptions(
             min_interval=min_interval,
             slowdown=Slowdown(*penalties),
-            preemption=PreemptionCost(restart_overhead),
+            preemption=PreemptionCost(restart_overhead, checkpoint_interval),
             node_mtbf=node_mtbf,
             node_repair=node_repair,
             seed=seed,
         )
-    except ValueError:
+    except ValueError as exc:
+        if "checkpoint interval" in str(exc):
+            _fail(f"--restart-overhead / --checkpoint-interval: {exc}")
         _fail(f"--slowdown {slowdown!r}: give three fractions, e.g. 0.05,0.15,0.10")
     if min_interval < 0 or (node_mtbf is not None and node_mtbf <= 0):
         _fail("--min-interval must be >= 0 and --node-mtbf > 0")

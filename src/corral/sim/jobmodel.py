@@ -49,13 +49,20 @@ class PreemptionCost:
     `restart_overhead`: seconds of extra run time to restart and load a checkpoint (default 30 s,
     the order of a framework start plus a checkpoint load). Work since the job's last periodic
     checkpoint (the trace's `checkpoint_interval`, in seconds of work) is lost; a job with no
-    interval loses everything it did.
+    interval loses everything it did, unless `default_interval` gives one to every job whose trace
+    row has none (`corral simulate --checkpoint-interval`: "what if our jobs checkpointed?").
     """
 
     restart_overhead: float = 30.0
+    default_interval: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.restart_overhead < 0 or (self.default_interval is not None and self.default_interval <= 0):
+            raise ValueError("restart overhead must be >= 0 and a checkpoint interval > 0 seconds")
 
     def saved(self, progress: float, interval: float | None) -> float:
         """Progress (seconds of work) kept after a preemption at `progress`."""
+        interval = interval or self.default_interval
         if not interval:
             return 0.0
         return (progress // interval) * interval
