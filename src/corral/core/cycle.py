@@ -104,6 +104,12 @@ class _Cycle:
 
     # ---- order ---------------------------------------------------------------------------
     def run(self) -> None:
+        jobs = self.state.jobs
+        if len(jobs) == 1:  # one pending job (the usual cycle): every order reaches it first
+            job = next(iter(jobs.values()))
+            self.result.considered += 1
+            self._after(job, self.consider(job))
+            return
         if self.profile.queue_order is None:
             self._run_global()
         else:
@@ -211,19 +217,21 @@ class _Cycle:
     def consider(self, job: PendingJob) -> bool:
         spec = job.spec
         reasons = self.result.reasons
-        if job.held:
-            reasons[spec.id] = Reason(Why.HELD, "held by a user or an admin; `corral release` lets it run")
-            return False
-        if job.not_before > self.now:
-            reasons[spec.id] = Reason(
-                Why.BACKOFF, f"restart backoff: may start at t+{job.not_before - self.now:.0f}s"
-            )
-            return False
-        if job.nomination is not None and self._nominated(job):
-            return True
-        if job.nomination is not None:
-            return False
-        shape = (job.shape, spec.queue, spec.priority, spec.time_limit)  # both set when it was queued
+        if job.is_flagged(self.now):  # held, backing off or nominated: rare
+            if job.held:
+                reasons[spec.id] = Reason(
+                    Why.HELD, "held by a user or an admin; `corral release` lets it run"
+                )
+                return False
+            if job.not_before > self.now:
+                reasons[spec.id] = Reason(
+                    Why.BACKOFF, f"restart backoff: may start at t+{job.not_before - self.now:.0f}s"
+                )
+                return False
+            if job.nomination is not None and self._nominated(job):
+                return True
+            if job.nomination is not None:
+                return False
         verdict_key, version = job.verdict_key, self.state.use_version
         verdict = self.verdicts.get(verdict_key)
         if verdict is not None and verdict[0] == version:
@@ -240,6 +248,7 @@ class _Cycle:
         if not isinstance(req, Request) or job.request_generation != self.state.generation:
             req = request_for(self.state, spec, self.profile.filters, job.shape)
             job.request, job.request_generation = req, self.state.generation
+        shape = (job.shape, spec.queue, spec.priority, spec.time_limit)  # both set when it was queued
         cached = self.blocked.get(shape)
         if cached is not None:
             reasons[spec.id] = cached

@@ -127,7 +127,7 @@ def shape_of(spec: JobSpec) -> tuple[object, ...]:
         tuple(sorted(spec.node_selector.items())),
         spec.topology.pack,
         spec.topology.required,
-        spec.launch,
+        spec.launch.value,  # its value: an enum member hashes in Python, a string in C
         spec.cpus_per_replica,
         spec.memory_gib_per_replica,
     )

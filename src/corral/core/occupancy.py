@@ -42,10 +42,11 @@ class Occupancy:
 
     def add(self, attempt: RunningAttempt, min_runtime: float) -> None:
         """A new attempt; a candidate once `min_runtime` seconds after its start have passed."""
-        job_id = attempt.spec.id
+        spec = attempt.job.spec
+        job_id = spec.id
         for node, _ in attempt.placement:
             self.jobs[node][job_id] = attempt
-        if attempt.spec.preemptible and attempt.preempting_deadline is None:
+        if spec.preemptible and attempt.preempting_deadline is None:
             attempt.candidate = _WAITING
             self._seq += 1
             heapq.heappush(self._waiting, (attempt.start + min_runtime, self._seq, attempt))
@@ -60,7 +61,7 @@ class Occupancy:
                 self._count(attempt, 1.0)
 
     def remove(self, attempt: RunningAttempt) -> None:
-        job_id = attempt.spec.id
+        job_id = attempt.job.spec.id
         for node, _ in attempt.placement:
             self.jobs[node].pop(job_id, None)
         self.stopping(attempt)

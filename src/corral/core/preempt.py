@@ -158,20 +158,27 @@ def _full_scan(
         return NO_CANDIDATES
     allowed = set(req.classes)
     node_class, is_schedulable = state.node_class, state.is_schedulable
+    usable: dict[int, bool] = {}  # node -> of an allowed class and schedulable
     # per usable node, its candidates in victim order: (rank, attempt, GPUs it holds there)
     on_node: dict[int, list[tuple[int, RunningAttempt, int]]] = {}
     for i, a in enumerate(candidates):
         placement = a.placement
         if len(placement) == 1:
             node, mask = placement[0]
-            if node_class[node] in allowed and is_schedulable(node):
+            ok_node = usable.get(node)
+            if ok_node is None:
+                ok_node = usable[node] = node_class[node] in allowed and is_schedulable(node)
+            if ok_node:
                 on_node.setdefault(node, []).append((i, a, mask.bit_count()))
             continue
         per_node: dict[int, int] = {}
         for node, mask in placement:
             per_node[node] = per_node.get(node, 0) + mask.bit_count()
         for node, gpus in per_node.items():
-            if node_class[node] in allowed and is_schedulable(node):
+            ok_node = usable.get(node)
+            if ok_node is None:
+                ok_node = usable[node] = node_class[node] in allowed and is_schedulable(node)
+            if ok_node:
                 on_node.setdefault(node, []).append((i, a, gpus))
     g = max(1, req.gpus_per_replica)
     avail = state.index.avail
@@ -228,12 +235,18 @@ def _choose_nodes(
         for dom in topo.by_depth[depth]:
             members = [n for n in topo.domains[dom].nodes if n in potential]
             if span == 1:
-                members = [n for n in members if potential[n] >= req.gpus]
-                if not members:
+                # the node cheapest to free, then with the least potential (the first such node)
+                need, top = req.gpus, None
+                for n in members:
+                    have = potential[n]
+                    if have >= need:
+                        key = (cached(n, need), have)
+                        if top is None or key < top[0]:
+                            top = (key, n)
+                if top is None:
                     continue
-                node = min(members, key=lambda n: (cached(n, req.gpus), potential[n]))
-                worst, lost = cached(node, req.gpus)
-                choice = ((worst, lost, 1), [(node, req.gpus)])
+                (worst, lost), _ = top[0]
+                choice = ((worst, lost, 1), [(top[1], need)])
             else:
                 picked = _pick_in_domain(members, potential, req, per_replica, cached)
                 if picked is None:

@@ -391,7 +391,7 @@ class ClusterState:
         return attempt
 
     def _add_running(self, attempt: RunningAttempt) -> None:
-        job_id = attempt.spec.id
+        job_id = attempt.job.spec.id
         if job_id in self.running:
             raise InvariantError(f"job {job_id} already has a live attempt")
         self.running[job_id] = attempt
@@ -422,9 +422,10 @@ class ClusterState:
         attempt = self.running.pop(job_id)
         self.occupancy.remove(attempt)
         self._drop_end_key(attempt)
-        for node, mask, cpus, memory in self.attempt_resources(attempt):
+        spec = attempt.job.spec
+        cpus, memory = spec.cpus_per_replica, spec.memory_gib_per_replica
+        for node, mask in attempt.placement:
             self._hold_resources(node, mask, cpus, memory, attempt.exclusive, False)
-        spec = attempt.spec
         queue = self.queues[spec.queue]
         self._sub_queue_use(
             queue,
@@ -448,7 +449,7 @@ class ClusterState:
         so that no job is preempted over and over just after each restart.
         """
         earlier = min(attempt.attempt - 1, 6)
-        return self.min_runtime_by_value.get(attempt.spec.priority, 0.0) * (1 << earlier)
+        return self.min_runtime_by_value.get(attempt.job.spec.priority, 0.0) * (1 << earlier)
 
     def mark_preempting(self, job_id: JobId, deadline: float, by: JobId | None) -> None:
         attempt = self.running[job_id]

@@ -44,6 +44,8 @@ from corral.sim.jobmodel import PreemptionCost, Slowdown
 from corral.sim.trace import TraceJob
 
 _END, _STOP, _FAIL_NODE, _REPAIR, _CYCLE = 0, 1, 2, 3, 9
+_Ending = tuple[JobId, int, "str | None"]  # the payload of _END and _STOP: job, attempt, note
+_NO_TOPOLOGY = Topology()  # trace jobs prefer the tightest placement and require none
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,7 @@ class Simulation:
         self.stats = SimStats()
         self.jobs: dict[str, _Job] = {}
         self._queues: dict[str, QueueSpec] = {q.name: q for q in cluster.queues}
+        self._factors: dict[tuple[int, int], float] = {}  # (span, ideal span) -> slowdown factor
         self._classes: dict[str, PriorityClass] = {}
         for pclass in cluster.priority_classes:
             self._classes.setdefault(pclass.name, pclass)  # the first of a name, as `priority_class`
@@ -147,7 +150,7 @@ class Simulation:
             JobId(t.job_id), QueueName(queue_name), replicas=t.replicas, gpus_per_replica=t.gpus_per_replica,
             priority=pclass.value, priority_class=pclass.name, submit_time=t.submit_time, seq=seq,
             time_limit=limit, preemptible=t.preemptible, gpu_model=t.gpu_model, user=t.user or "",
-            topology=Topology(),
+            topology=_NO_TOPOLOGY,
         )  # fmt: skip
         return _Job(t, spec, t.duration)
 
@@ -331,7 +334,10 @@ class Simulation:
             req = request_for(state, job.spec, self.profile.filters, attempt.job.shape)
         ideal = self.ideal.of(req)
         job.attempt, job.started = attempt_no, now
-        job.factor = self.options.slowdown.factor(span, ideal)
+        factor = self._factors.get((span, ideal))
+        if factor is None:
+            factor = self._factors[span, ideal] = self.options.slowdown.factor(span, ideal)
+        job.factor = factor
         names = state.topology.span_names
         self.log.emit(
             {
@@ -349,10 +355,10 @@ class Simulation:
 
     # ---- events -------------------------------------------------------------------------
     def _handle(self, kind: int, payload: object, now: float) -> bool:
-        if kind in (_END, _STOP):
-            job_id, attempt, note = cast(tuple[str, int, str | None], payload)
-            if kind == _END:
-                return self._end(job_id, attempt, note, now)
+        if kind == _END:
+            return self._end(*cast(_Ending, payload), now)
+        if kind == _STOP:
+            job_id, attempt, note = cast(_Ending, payload)
             return self._requeue(job_id, attempt, "preempt", note or "preempted", now)
         name = cast(NodeName, payload)
         if kind == _FAIL_NODE:
@@ -364,11 +370,11 @@ class Simulation:
             return True
         return False
 
-    def _end(self, job_id: str, attempt: int, failure: str | None, now: float) -> bool:
-        running = self.state.running.get(cast(JobId, job_id))
+    def _end(self, job_id: JobId, attempt: int, failure: str | None, now: float) -> bool:
+        running = self.state.running.get(job_id)
         if running is None or running.attempt != attempt:
             return False  # a stale end: the attempt was preempted or lost meanwhile
-        self.state.end(running.spec.id, requeue=False, now=now)
+        self.state.end(job_id, requeue=False, now=now)
         if failure is None:
             self.log.emit({"event": "finish", "t": now, "job": job_id, "attempt": attempt})
         else:
@@ -427,6 +433,9 @@ def _rare_collections() -> Iterator[None]:
 def _span(state: ClusterState, placement: list[tuple[int, int]]) -> int:
     """The tightest span index that holds a placement."""
     first = placement[0][0]
+    if len(placement) == 1:
+        masks = state.group_masks[first]
+        return 0 if len(masks) == 1 or sum(1 for g in masks if g & placement[0][1]) <= 1 else 1
     if all(n == first for n, _ in placement):
         masks = state.group_masks[first]
         if len(masks) == 1:
