@@ -1,8 +1,9 @@
 """Passing over jobs that repeat an answer gives every job what looking at each would give.
 
 The same random cluster, backlog and sequence of cycles runs twice: once with `repeats.Walk`
-(runs of repeating jobs passed over by bisection) and once looking at every job; starts,
-preemptions, nominations, reservations, rejections and every job's reason must be identical.
+(runs of repeating jobs passed over by bisection) and the one-job shortcut, and once looking at
+every job in order; starts, preemptions, nominations, reservations, rejections and every job's
+reason must be identical.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corral.core import repeats
+from corral.core import cycle, repeats
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult
 from corral.core.model import JobId, JobSpec, NodeName, NodeSpec, QueueName, QueueSpec
@@ -48,7 +49,7 @@ def play(seed: int, policy: str) -> list[tuple[Any, ...]]:
     outcome: list[tuple[Any, ...]] = []
     now, seq = 0.0, 0
     for _ in range(rng.randint(3, 8)):
-        for _ in range(rng.randint(0, 60)):
+        for _ in range(rng.choice([1, rng.randint(0, 60)])):  # often one job: the shortcut
             seq += 1
             replicas, gpus = rng.choice(shapes)
             prio, name = rng.choice(CLASSES)
@@ -98,5 +99,6 @@ def test_passing_over_repeats_changes_nothing(seed: int, policy: str) -> None:
         walked = play(seed, policy)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(repeats, "MANY_SHAPES", -1)  # look at every job
+        patch.setattr(cycle, "ONE_JOB_SHORTCUT", False)  # even when only one waits
         looked = play(seed, policy)
     assert walked == looked
