@@ -44,7 +44,7 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
 
 
 def _reject_never_fitting(state: ClusterState, profile: Profile, result: CycleResult) -> None:
-    cache, filters = state.cache, tuple(id(f) for f in profile.filters)
+    cache, filters = state.cache, tuple(map(id, profile.filters))
     for job in state.unchecked:
         if job.spec.id not in state.jobs:
             continue

@@ -38,7 +38,7 @@ def request_for(
 ) -> Request:
     """The placement request of a job, cached per shape until the cluster's capacity changes."""
     cache = state.cache
-    key = ("request", shape or shape_of(spec), *(id(f) for f in filters))
+    key = ("request", shape or shape_of(spec), *map(id, filters))
     cached = cache.get(key)
     if isinstance(cached, Request):
         return cached
