@@ -101,3 +101,17 @@ def test_endings_written_together_and_a_stale_one_dropped(engines: Engines) -> N
     assert live == 0
     kinds = [(e.kind, e.job, json.loads(e.body).get("exit_code")) for e in rows(engines, schema.events)]
     assert kinds[2:] == [("finish", "j1", 0), ("restart", "j2", 1)]
+
+
+def test_a_guard_seen_only_in_a_row_count_drops_that_start_alone(engines: Engines) -> None:
+    calls: list[int] = []
+    with engines.writer.begin() as conn:
+        batch = Batch(conn, engines.is_sqlite, 100.0)
+
+        def starts(items: Any) -> None:
+            calls.append(len(items))
+            batch.starts(items)
+
+        written = batch.groups(starts, [start("j1", "a", 0), start("j3", "a", 1), start("j2", "a", 2)], str)
+    assert written == [True, False, True] and calls == [3, 1, 1, 1]  # j3 is held
+    assert sorted(r.job_id for r in rows(engines, schema.allocations)) == ["j1", "j2"]
