@@ -189,11 +189,28 @@ def test_logs_are_served_per_rank_to_the_team_and_a_failure_shows_its_tail(
     lab: tuple[Server, AgentProcess, Path],
 ) -> None:
     server, _, _ = lab
-    code = (
-        "import os, sys; r = os.environ['RANK']; "
-        "[print(f'rank {r} line {i}') for i in range(30)]; "
-        "print(f'rank {r}: boom', file=sys.stderr); sys.exit(3 if r == '1' else 0)"
-    )
+    # Rank 1 fails only once rank 0 has written all its lines (rank 0 connects to rank 1 when done),
+    # so the gang's teardown cannot cut rank 0's log short.
+    code = """
+import os, socket, sys, time
+r = os.environ['RANK']
+port = int(os.environ['MASTER_PORT'])
+if r == '1':
+    server = socket.create_server(('127.0.0.1', port))
+    server.settimeout(30)
+for i in range(30):
+    print(f'rank {r} line {i}', flush=True)
+print(f'rank {r}: boom', file=sys.stderr, flush=True)
+if r == '1':
+    server.accept()
+    sys.exit(3)
+for _ in range(300):
+    try:
+        socket.create_connection(('127.0.0.1', port), timeout=1).close()
+        break
+    except OSError:
+        time.sleep(0.1)
+"""
     job_id = submit(server, replicas=2, gpus_per_replica=1, command=py(code))
     done = ended(server, job_id)
     assert done["state"] == "failed" and done["exit_code"] == 3, done
