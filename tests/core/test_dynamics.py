@@ -150,3 +150,15 @@ def test_strict_fifo_blocks_everything_behind_the_head_with_a_reason() -> None:
     assert not result.starts  # "small" would fit, but nothing skips the head
     assert result.reason_of("head").code in (Why.CAPACITY, Why.RESERVED)  # type: ignore[union-attr, arg-type]
     assert "waiting behind job head" in result.reason_of("small").message  # type: ignore[union-attr, arg-type]
+
+
+def test_attempts_that_end_inside_their_minimum_run_time_are_not_kept_alive() -> None:
+    """Nothing asks for victims here, so the minimum-run-time heap is never drained by `settle`:
+    the attempts that ended must still be let go (a million-job replay once kept every one)."""
+    state = state_of(nodes(2, 8))
+    d = Driver(state, load_policy("default"))
+    for i in range(3000):
+        d.submit(job(f"j{i}", gpus=1, submit=float(i)), duration=5.0, at=float(i))
+    d.run(until=3100.0)
+    assert len(d.starts) == 3000 and not state.running
+    assert state.occupancy.waiting() <= 64 + 2 * len(state.running)

@@ -5,7 +5,10 @@ every attempt in the cluster.
 A candidate is a preemptible attempt that is not stopping and is past its minimum run time
 (DESIGN.md 6.3: never one inside its `min_runtime`). Attempts wait in a heap by the time their
 minimum run time ends and join the aggregates when `settle(now)` reaches it (a little early
-rather than late, so that the aggregates stay an upper bound of what may be taken).
+rather than late, so that the aggregates stay an upper bound of what may be taken). An attempt
+that ends while waiting leaves a stale heap entry; when stale entries are more than half of the
+heap they are swept, so that a cluster where nothing ever needs victims (no `settle`) keeps no
+ended attempt alive.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ _EARLY = 1e-6  # seconds: settle this much early, so float rounding never settle
 class Occupancy:
     """Per node: attempts touching it, and GPUs plus GPU-seconds-since-checkpoint per group."""
 
-    __slots__ = ("_seq", "_waiting", "groups", "jobs", "members", "sizes", "totals")
+    __slots__ = ("_seq", "_stale", "_waiting", "groups", "jobs", "members", "sizes", "totals")
 
     def __init__(self) -> None:
         self.jobs: list[dict[JobId, RunningAttempt]] = []
@@ -35,6 +38,7 @@ class Occupancy:
         self.sizes: dict[Group, dict[int, int]] = {}  # group -> GPUs of a candidate -> how many
         self._waiting: list[tuple[float, int, RunningAttempt]] = []  # (settle time, seq, attempt)
         self._seq = 0
+        self._stale = 0  # entries of `_waiting` whose attempt is no longer waiting
 
     def add_node(self) -> None:
         self.jobs.append({})
@@ -59,6 +63,8 @@ class Occupancy:
             if attempt.candidate == _WAITING:
                 attempt.candidate = _COUNTED
                 self._count(attempt, 1.0)
+            else:
+                self._stale -= 1
 
     def remove(self, attempt: RunningAttempt) -> None:
         job_id = attempt.job.spec.id
@@ -68,9 +74,20 @@ class Occupancy:
 
     def stopping(self, attempt: RunningAttempt) -> None:
         """An attempt is being preempted (or is gone): it is no longer a candidate victim."""
-        if attempt.candidate == _COUNTED:
-            self._count(attempt, -1.0)
+        candidate = attempt.candidate
         attempt.candidate = _NONE
+        if candidate == _COUNTED:
+            self._count(attempt, -1.0)
+        elif candidate == _WAITING:
+            self._stale += 1
+            if self._stale > 64 and 2 * self._stale > len(self._waiting):
+                self._waiting = [w for w in self._waiting if w[2].candidate == _WAITING]
+                heapq.heapify(self._waiting)
+                self._stale = 0
+
+    def waiting(self) -> int:
+        """Entries in the heap of attempts inside their minimum run time (stale ones included)."""
+        return len(self._waiting)
 
     def smallest(self, group: Group) -> int:
         """The fewest GPUs a candidate of the group holds (0 when it has none)."""
