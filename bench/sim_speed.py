@@ -2,10 +2,11 @@
 
 Run: .venv/bin/python bench/sim_speed.py [--only philly|las|million] [--jobs N]
 Each case runs in a fresh process; the figures are wall time, simulated jobs per second and the
-process's peak resident memory. Targets (issue "Simulator"): whole Philly (82,247 jobs) on the
-352-node, 2,816-GPU cluster in <= 10 s; >= 20,000 simulated jobs/s on a 1,024-GPU cluster with a
-preemptive least-attained-service policy; 1,000,000 jobs on 5,000 nodes x 8 GPUs in <= 5 min and
-<= 2 GB.
+process's peak resident memory, and whether the core ran compiled (scripts/setup.sh builds it;
+CORRAL_PURE_PYTHON=1 runs it interpreted: see corral/native.py).
+Targets (issue "Simulator"): whole Philly (82,247 jobs) on the 352-node, 2,816-GPU cluster in
+<= 10 s; >= 20,000 simulated jobs/s on a 1,024-GPU cluster with a preemptive least-attained-
+service policy; 1,000,000 jobs on 5,000 nodes x 8 GPUs in <= 5 min and <= 2 GB.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from corral import native  # noqa: E402
 from corral.config.cluster_file import ClusterConfig, parse_cluster_config  # noqa: E402
 from corral.policies.registry import load_policy  # noqa: E402
 from corral.sim.engine import SimOptions, Simulation  # noqa: E402
@@ -90,6 +92,7 @@ def run(case: str, jobs_limit: int | None) -> dict[str, object]:
         "cycles": stats.cycles, "finished": summary["jobs"]["finished"],
         "preemptions": summary["jobs"]["preemptions"],
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "compiled": native.active(),
     }  # fmt: skip
 
 

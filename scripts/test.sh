@@ -10,6 +10,8 @@ echo "== ruff"; .venv/bin/ruff check src tests bench
 echo "== ruff format"; .venv/bin/ruff format --check src tests bench
 echo "== mypy"; .venv/bin/mypy
 echo "== import-linter"; .venv/bin/lint-imports
+echo "== compiled core"
+[ "$(.venv/bin/python -m corral.build_native status)" = compiled ] || { echo "the core did not compile (scripts/setup.sh)" >&2; exit 1; }
 echo "== postgresql (the control plane's tests run on SQLite and on PostgreSQL)"
 if [ -z "${CORRAL_TEST_DATABASE_URL:-}" ]; then
   eval "$(bash scripts/postgres.sh start)"
@@ -19,6 +21,11 @@ echo "== pytest"
 set +e
 .venv/bin/pytest -q -p no:cacheprovider "$@"
 rc=$?
+if [ "$rc" -eq 0 ] && [ "$#" -eq 0 ]; then
+  echo "== pytest: the core and the simulator interpreted (CORRAL_PURE_PYTHON=1), as where nothing compiled"
+  CORRAL_PURE_PYTHON=1 .venv/bin/pytest -q -p no:cacheprovider tests/core tests/sim
+  rc=$?
+fi
 set -e
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: that is a failure here" >&2

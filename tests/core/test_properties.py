@@ -9,7 +9,7 @@ search over every node on small clusters.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -167,7 +167,7 @@ def test_invariants_hold_over_random_histories(data: st.DataObject, policy: str)
 
 
 def _fields(spec: JobSpec) -> dict[str, object]:
-    return {f: getattr(spec, f) for f in spec.__slots__}  # type: ignore[attr-defined]
+    return {f.name: getattr(spec, f.name) for f in fields(spec)}
 
 
 # ---- fast placement against brute force ------------------------------------------------------

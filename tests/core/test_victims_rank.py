@@ -10,14 +10,14 @@ from corral.core.model import JobId, JobSpec, QueueName
 from corral.core.plugins import Victims
 from corral.core.preempt import SameQueue
 from corral.policies.registry import load_policy
-from corral.policies.victims import AttainedService, PriorityReclaim
+from corral.policies.victims import AttainedService, AttainedServiceArgs, PriorityReclaim, PriorityReclaimArgs
 from tests.core.test_properties import PRIORITIES, _fields, clusters, jobs
 
 PLUGINS: list[Victims] = [
     PriorityReclaim(),
-    PriorityReclaim(PriorityReclaim.Args(reclaim=False)),
+    PriorityReclaim(PriorityReclaimArgs(reclaim=False)),
     AttainedService(),
-    AttainedService(AttainedService.Args(thresholds=(100.0, 1000.0, 5000.0))),
+    AttainedService(AttainedServiceArgs(thresholds=(100.0, 1000.0, 5000.0))),
     SameQueue(PriorityReclaim()),
 ]
 

@@ -13,7 +13,6 @@ from corral.policies.noargs import NoArgs
 class PriorityFifo:
     """Priority class first, then submit time, then submission sequence and id."""
 
-    Args = NoArgs
     args: NoArgs = field(default_factory=NoArgs)
 
     def key(self, job: PendingJob) -> tuple[object, ...]:
@@ -25,7 +24,6 @@ class PriorityFifo:
 class Fifo:
     """Submit time only, priorities ignored: the Helios artifact's FIFO baseline."""
 
-    Args = NoArgs
     args: NoArgs = field(default_factory=NoArgs)
 
     def key(self, job: PendingJob) -> tuple[object, ...]:
@@ -37,7 +35,6 @@ class Fifo:
 class ShortestFirst:
     """Shortest true duration first: an oracle bound (only a simulator knows true durations)."""
 
-    Args = NoArgs
     args: NoArgs = field(default_factory=NoArgs)
 
     def key(self, job: PendingJob) -> tuple[object, ...]:
@@ -47,21 +44,22 @@ class ShortestFirst:
 
 
 @dataclass(frozen=True, slots=True)
+class LeastAttainedArgs:
+    thresholds: tuple[float, ...] = (3600.0, 36000.0)
+
+    def __post_init__(self) -> None:
+        if list(self.thresholds) != sorted(self.thresholds) or any(t <= 0 for t in self.thresholds):
+            raise ValueError("thresholds must be positive and increasing, e.g. [3600, 36000]")
+
+
+@dataclass(frozen=True, slots=True)
 class LeastAttained:
     """Tiresias' discretised least attained service: fewer GPU-seconds received goes first.
 
     Attained service is bucketed by `thresholds` (GPU-seconds); inside a bucket, FIFO.
     """
 
-    @dataclass(frozen=True, slots=True)
-    class Args:
-        thresholds: tuple[float, ...] = (3600.0, 36000.0)
-
-        def __post_init__(self) -> None:
-            if list(self.thresholds) != sorted(self.thresholds) or any(t <= 0 for t in self.thresholds):
-                raise ValueError("thresholds must be positive and increasing, e.g. [3600, 36000]")
-
-    args: Args = Args()
+    args: LeastAttainedArgs = LeastAttainedArgs()
 
     def level(self, attained: float) -> int:
         return bisect_right(self.args.thresholds, attained)

@@ -15,7 +15,6 @@ from corral.policies.noargs import NoArgs
 class Limit:
     """A queue never uses more than its limit (quota plus borrowed)."""
 
-    Args = NoArgs
     args: NoArgs = field(default_factory=NoArgs)
 
     def admit(self, job: PendingJob, queue: QueueState, state: ClusterState) -> Reason | None:
@@ -39,7 +38,6 @@ class Quota:
     A non-preemptible job runs only inside its queue's guaranteed quota.
     """
 
-    Args = NoArgs
     args: NoArgs = field(default_factory=NoArgs)
 
     def admit(self, job: PendingJob, queue: QueueState, state: ClusterState) -> Reason | None:

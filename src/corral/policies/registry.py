@@ -72,6 +72,16 @@ POLICIES: dict[str, dict[str, Any]] = {
 }
 
 
+def args_class(cls: type[Any]) -> type[Any]:
+    """The dataclass of a plugin's arguments: the type of its `args` field's default."""
+    field = next(f for f in dataclasses.fields(cls) if f.name == "args")
+    if field.default is not dataclasses.MISSING:
+        return type(field.default)
+    factory = field.default_factory
+    assert callable(factory), f"plugin {cls.__name__}: its `args` field has no default"
+    return type(factory())
+
+
 def policy_names() -> list[str]:
     return sorted(POLICIES)
 
@@ -82,7 +92,7 @@ def _make(plugin: str, args: Mapping[str, Any] | None, where: str) -> Any:
         raise ConfigError(
             f"unknown plugin {plugin!r}", where=where, fix=f"use one of {', '.join(sorted(PLUGINS))}"
         )
-    arg_cls = cls.Args
+    arg_cls = args_class(cls)
     known = {f.name for f in dataclasses.fields(arg_cls)}
     given = dict(args or {})
     unknown = sorted(set(given) - known)

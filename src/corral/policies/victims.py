@@ -25,6 +25,12 @@ _first = itemgetter(0)
 
 
 @dataclass(frozen=True, slots=True)
+class PriorityReclaimArgs:
+    reclaim: bool = True  # across queues: restore each queue's guaranteed quota
+    surplus: bool = False  # also rebalance borrowers above their quotas by preemption
+
+
+@dataclass(frozen=True, slots=True)
 class PriorityReclaim:
     """Inside a queue, a strictly higher class preempts; across queues of a cohort, reclaim (6.3).
 
@@ -33,12 +39,7 @@ class PriorityReclaim:
     and id.
     """
 
-    @dataclass(frozen=True, slots=True)
-    class Args:
-        reclaim: bool = True  # across queues: restore each queue's guaranteed quota
-        surplus: bool = False  # also rebalance borrowers above their quotas by preemption
-
-    args: Args = Args()
+    args: PriorityReclaimArgs = PriorityReclaimArgs()
     bounds_by_group = True
 
     def eligible(
@@ -106,14 +107,15 @@ class PriorityReclaim:
 
 
 @dataclass(frozen=True, slots=True)
+class AttainedServiceArgs:
+    thresholds: tuple[float, ...] = (3600.0, 36000.0)
+
+
+@dataclass(frozen=True, slots=True)
 class AttainedService:
     """Tiresias-style: a waiting job preempts running ones in a higher attained-service level."""
 
-    @dataclass(frozen=True, slots=True)
-    class Args:
-        thresholds: tuple[float, ...] = (3600.0, 36000.0)
-
-    args: Args = Args()
+    args: AttainedServiceArgs = AttainedServiceArgs()
     bounds_by_group = False  # attained service is per attempt
 
     def _level(self, attained: float) -> int:
