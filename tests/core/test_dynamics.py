@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from corral.core.decisions import Why
-from corral.core.model import QueueName, QueueSpec
+from corral.core.model import JobId, QueueName, QueueSpec
 from corral.policies.registry import load_policy
 from tests.driver import Driver
-from tests.helpers import job, nodes, occupy, run, started_on, state_of
+from tests.helpers import check_no_double_allocation, job, nodes, occupy, run, started_on, state_of
 
 
 def test_a_flooding_team_yields_to_another_in_proportion_to_weights() -> None:
@@ -162,3 +162,54 @@ def test_attempts_that_end_inside_their_minimum_run_time_are_not_kept_alive() ->
     d.run(until=3100.0)
     assert len(d.starts) == 3000 and not state.running
     assert state.occupancy.waiting() <= 64 + 2 * len(state.running)
+
+
+def test_a_job_its_queue_limit_keeps_out_preempts_a_lower_class_of_that_queue_only() -> None:
+    """Kueue's withinClusterQueue: a high-class job blocked by its own queue's limit preempts a
+    lower-class job of that queue (never another queue's, never an equal class), and starts only
+    once its victim has stopped, so the queue never holds more than its limit."""
+    qs = [QueueSpec(QueueName("a"), quota=8, limit=8), QueueSpec(QueueName("b"), quota=8)]
+    state = state_of(nodes(3, 8), qs)
+    occupy(state, "a-low", "n00", range(4), queue="a", priority="low", now=0.0)
+    occupy(state, "a-normal", "n00", range(4, 8), queue="a", priority="normal", now=0.0)
+    occupy(state, "b-low", "n01", range(8), queue="b", priority="low", now=0.0)
+    state.submit(job("a-peer", "a", gpus=4, priority="low", submit=1000.0))
+    result = run(state, 1000.0)
+    assert not result.preemptions and result.reasons["a-peer"].code is Why.LIMIT  # an equal class
+
+    state.submit(job("a-high", "a", gpus=4, priority="high", submit=1001.0))
+    result = run(state, 1001.0)
+    assert [(p.job, p.by) for p in result.preemptions] == [("a-low", "a-high")]
+    assert result.reasons["a-high"].code is Why.NOMINATED and not result.starts
+    assert result.reasons["a-peer"].code is Why.LIMIT  # the freed room is a-high's
+    result = run(state, 1005.0)  # the victim is still stopping: the free n02 is not enough
+    assert not result.starts and result.reasons["a-high"].code is Why.NOMINATED
+    state.end(JobId("a-low"), requeue=True, now=1010.0)
+    result = run(state, 1010.0)
+    assert [s.job for s in result.starts] == ["a-high"]
+    assert state.queues[QueueName("a")].alloc_gpus == 8
+    check_no_double_allocation(state)
+
+
+def test_queue_room_and_gpus_may_come_from_different_victims() -> None:
+    """The job fits on free GPUs, but its queue is at its limit: the victim frees room, not GPUs;
+    the job is nominated to the free GPUs and waits for the victim to stop."""
+    qs = [QueueSpec(QueueName("a"), quota=4, limit=4)]
+    state = state_of(nodes(2, 8), qs)
+    occupy(state, "low", "n00", range(4), queue="a", priority="low", now=0.0)
+    state.submit(job("high", "a", gpus=4, priority="high", submit=1000.0))
+    result = run(state, 1000.0)
+    assert [p.job for p in result.preemptions] == ["low"] and not result.starts
+    state.end(JobId("low"), requeue=True, now=1030.0)
+    result = run(state, 1030.0)
+    assert [s.job for s in result.starts] == ["high"]
+    assert state.queues[QueueName("a")].alloc_gpus == 4
+
+
+def test_no_preemption_for_a_limit_when_the_queue_has_no_lower_class() -> None:
+    qs = [QueueSpec(QueueName("a"), quota=8, limit=8)]
+    state = state_of(nodes(2, 8), qs)
+    occupy(state, "high", "n00", range(8), queue="a", priority="high", now=0.0)
+    state.submit(job("urgent", "a", gpus=8, priority="normal", submit=1000.0))
+    result = run(state, 1000.0)
+    assert not result.preemptions and result.reasons["urgent"].code is Why.LIMIT

@@ -16,7 +16,7 @@ from typing import cast
 from corral.core import repeats, reserve
 from corral.core.decisions import CycleResult, Nominate, Preempt, Reason, Reject, Reserve, Start, Why
 from corral.core.fairshare import advance_usage
-from corral.core.jobs import PendingJob, QueueState, shape_of
+from corral.core.jobs import PendingJob, QueueState, RunningAttempt, shape_of
 from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
 from corral.core.placement import Miss, NodeMask, Request, place
 from corral.core.plugins import Profile
@@ -65,6 +65,7 @@ def _reject_never_fitting(state: ClusterState, profile: Profile, result: CycleRe
     state.unchecked.clear()
 
 
+_OWN_BUDGET = (Why.LIMIT, Why.QUOTA, Why.COHORT)  # admission reasons that the queue's own jobs cause
 ONE_JOB_SHORTCUT = True  # a cycle with one pending job considers it without ordering (tests turn it off)
 _UNKNOWN = object()
 _INDICES: dict[int, tuple[int, ...]] = {}
@@ -100,6 +101,7 @@ class _Cycle:
         self.verdicts: dict[int, tuple[int, Reason]] = {}  # keyed by `PendingJob.verdict_key`
         self.started: dict[QueueName, list[JobId]] = {}
         self.no_victims: dict[QueueName, int] = {}  # queue -> highest class found to have no candidates
+        self.no_budget_victims: dict[QueueName, int] = {}  # the same, among the queue's own jobs
         self.preempt_tries = 0
         self.deferred = False  # a job skipped preemption because of the per-cycle caps
 
@@ -243,13 +245,14 @@ class _Cycle:
         for admit in self.profile.admits:
             why = admit.admit(job, queue, self.state)
             if why is not None:
+                if why.code in _OWN_BUDGET and self.profile.victims is not None:
+                    outcome = self._preempt_for_budget(job, queue)
+                    if outcome is not None:
+                        return outcome  # nominated (or started) after preempting its own queue's jobs
                 reasons[spec.id] = why
                 self.verdicts[verdict_key] = (version, why)
                 return False
-        req = job.request
-        if not isinstance(req, Request) or job.request_generation != self.state.generation:
-            req = request_for(self.state, spec, self.profile.filters, job.shape)
-            job.request, job.request_generation = req, self.state.generation
+        req = self._request(job)
         shape = (job.shape, spec.queue, spec.priority, spec.time_limit)  # both set when it was queued
         cached = self.blocked.get(shape)
         if cached is not None:
@@ -275,6 +278,13 @@ class _Cycle:
             self.verdicts[verdict_key] = (version, self.blocked[shape])
         return False
 
+    def _request(self, job: PendingJob) -> Request:
+        req = job.request
+        if not isinstance(req, Request) or job.request_generation != self.state.generation:
+            req = request_for(self.state, job.spec, self.profile.filters, job.shape)
+            job.request, job.request_generation = req, self.state.generation
+        return req
+
     def _start(
         self, job: PendingJob, placed: list[NodeMask], backfilled: bool, allocated: bool = True
     ) -> None:
@@ -286,19 +296,21 @@ class _Cycle:
         self.result.reasons.drop(job.spec.id)
 
     def _nominated(self, job: PendingJob) -> bool:
-        """Start a nominated job once its GPUs are free; drop a nomination that cannot come true."""
+        """Start a nominated job once its victims have stopped (all of them: some may have been
+        taken to make room in its queue's quota or limit, away from its GPUs) and its GPUs are
+        free; drop a nomination that cannot come true."""
         state = self.state
         nomination = job.nomination
         assert nomination is not None
         broken = any(
             not state.is_schedulable(n) or state.healthy[n] & mask != mask for n, mask in nomination.placement
         )
+        left = [v for v in nomination.victims if v in state.running]
         busy = any(state.alloc[n] & mask for n, mask in nomination.placement)
-        if broken or (busy and not any(v in state.running for v in nomination.victims)):
+        if broken or (busy and not left):
             state.drop_nomination(job)
             return self.consider(job)
-        if busy:
-            left = [v for v in nomination.victims if v in state.running]
+        if left:
             self.result.reasons[job.spec.id] = Reason(
                 Why.NOMINATED, f"preempted {', '.join(sorted(left))} for it; starts when they stop"
             )
@@ -359,9 +371,74 @@ class _Cycle:
             return None
         if not victims_plugin.permit(job, selection.victims, state, self.now):
             return None
-        placement = to_placement(state, selection.placement)
-        ids = tuple(v.spec.id for v in selection.victims)
-        for v in selection.victims:
+        return self._nominate(job, selection.placement, selection.victims, "to free its GPUs")
+
+    def _preempt_for_budget(self, job: PendingJob, queue: QueueState) -> bool | None:
+        """A job its own queue's quota or limit keeps out: preempt lower-class jobs of that queue
+        (only) until it is admitted, and free a placement for it (Kueue's withinClusterQueue).
+
+        None: no such preemption; False: nominated, waiting for the victims; True: started.
+        """
+        victims_plugin = self.profile.victims
+        assert victims_plugin is not None
+        state, spec, now = self.state, job.spec, self.now
+        known = self.no_budget_victims.get(spec.queue)
+        if known is not None and spec.priority <= known:
+            return None
+        if self.preempt_tries >= self.profile.max_preemption_tries or (
+            len(self.result.nominations) >= self.profile.max_nominations
+        ):
+            self.deferred = True
+            return None
+        self.preempt_tries += 1
+        narrowed = SameQueue(victims_plugin)
+        state.occupancy.settle(now)
+        members = state.occupancy.members
+        groups = [key for key in members if narrowed.group_eligible(job, key[0], key[1], state, now)]
+        mine = [a for key in groups for a in members[key].values() if a.start < now]
+        ranked = narrowed.rank(job, mine, state, now) if mine else []
+        if not ranked:
+            self.no_budget_victims[spec.queue] = max(
+                spec.priority, known if known is not None else -(1 << 62)
+            )
+            return None
+        selection = select_victims(state, narrowed, job, self._request(job), now)
+        if not isinstance(selection, Selection):
+            return None  # even its queue's lower classes do not free a placement for it
+        victims = list(selection.victims)
+        taken = {id(v) for v in victims}
+        freed = sum(v.spec.gpus for v in victims)
+        for candidate in ranked:
+            if self._admitted(job, queue, freed):
+                break
+            if id(candidate) not in taken:
+                taken.add(id(candidate))
+                victims.append(candidate)
+                freed += candidate.spec.gpus
+        else:
+            if not self._admitted(job, queue, freed):
+                return None
+        if not victims or not victims_plugin.permit(job, victims, state, now):
+            return None
+        return self._nominate(job, selection.placement, victims, f"to make room in queue {spec.queue}")
+
+    def _admitted(self, job: PendingJob, queue: QueueState, freed: int) -> bool:
+        """Whether every admission plugin admits the job once `freed` GPUs of its queue have left."""
+        queue.leaving_gpus += freed
+        try:
+            return all(admit.admit(job, queue, self.state) is None for admit in self.profile.admits)
+        finally:
+            queue.leaving_gpus -= freed
+
+    def _nominate(
+        self, job: PendingJob, placed: list[NodeMask], victims: list[RunningAttempt], why: str
+    ) -> bool:
+        """Preempt the victims and nominate the job to `placed` (it starts at once when nothing it
+        waits for is running)."""
+        state = self.state
+        placement = to_placement(state, placed)
+        ids = tuple(v.spec.id for v in victims)
+        for v in victims:
             deadline = self.now + v.spec.checkpoint_grace
             state.mark_preempting(v.spec.id, deadline, job.spec.id)
             reason = (
@@ -370,12 +447,12 @@ class _Cycle:
                 else f"reclaimed by queue {job.spec.queue} for {job.spec.id}"
             )
             self.result.preemptions.append(Preempt(v.spec.id, v.attempt, job.spec.id, deadline, reason))
-        state.nominate(job, selection.placement, frozenset(ids), self.now)
+        state.nominate(job, placed, frozenset(ids), self.now)
         self.result.nominations.append(Nominate(job.spec.id, placement, ids))
         self.result.reasons[job.spec.id] = Reason(
-            Why.NOMINATED, f"preempting {', '.join(ids)} to free its GPUs; starts when they stop"
+            Why.NOMINATED, f"preempting {', '.join(ids)} {why}; starts when they stop"
         )
-        if not any(state.alloc[n] & m for n, m in selection.placement):
+        if not any(state.alloc[n] & m for n, m in placed):
             return self._nominated(job)
         return False
 
