@@ -189,6 +189,7 @@ class Context:
         self.silent: set[str] = set()  # registered nodes marked not responding (no new work)
         self._model_lock = threading.Lock()
         self._model: tuple[ClusterModel, ClusterState] | None = None
+        self.nodes_version = 0  # bumped by every invalidate_model(): a node changed here
         self.doorbell = Doorbell("api")
         self._stop = threading.Event()
         self._listener = threading.Thread(target=self._listen, name="corral-api-doorbell", daemon=True)
@@ -232,6 +233,7 @@ class Context:
     def invalidate_model(self) -> None:
         with self._model_lock:
             self._model = None
+            self.nodes_version += 1
 
     # ---- writes ----------------------------------------------------------------------------
     async def write_many(self, fn: Many, item: Any) -> Any:
