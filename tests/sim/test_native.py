@@ -85,3 +85,16 @@ def test_the_compiled_core_replays_exactly_as_the_interpreted_one(
         logs[mode] = out.read_bytes()
     assert b'"event":"preempt"' in logs["interpreted"] or policy == "default"
     assert logs["compiled"] == logs["interpreted"]
+
+
+def test_corral_version_says_whether_the_core_is_compiled() -> None:
+    def version(pure: str) -> str:
+        corral = [sys.executable, "-c", "from corral.cli.main import main; main()", "version"]
+        env = {**os.environ, native.PURE_ENV: pure}
+        run = subprocess.run(corral, env=env, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip()
+
+    assert version("1").startswith("0.1.0 (core: interpreted; python -m corral.build_native")
+    if native.current_build() is not None:
+        assert version("0") == "0.1.0 (core: compiled)"

@@ -49,10 +49,11 @@ def _load_cluster(path: Path) -> Any:
 
 @app.command()
 def version() -> None:
-    """Print Corral's version."""
-    from corral import __version__
+    """Print Corral's version, and whether its scheduling core runs compiled or interpreted."""
+    from corral import __version__, native
 
-    typer.echo(__version__)
+    core = "compiled" if native.active() else "interpreted; python -m corral.build_native compiles it"
+    typer.echo(f"{__version__} (core: {core})")
 
 
 @cluster_app.command("check")
