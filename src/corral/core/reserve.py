@@ -10,9 +10,10 @@ them unless they end (by their time limit) before every reservation they would t
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from corral.core.model import INFINITY
+from corral.core.model import INFINITY, JobId, NodeState
 from corral.core.placement import Request, place
 from corral.core.state import ClusterState
 
@@ -27,42 +28,84 @@ class Reservation:
 def earliest_fit(state: ClusterState, req: Request, now: float) -> Reservation | None:
     """When and where the gang first fits as attempts end; None if never (no time limits).
 
-    Attempts are released in order of expected end; the gang is tried after 1, 2, 4, ... more
-    releases, and once it fits, a binary search over the last stretch finds the first release
-    after which it fits, so a reservation costs O(log n) placements, not one per release.
+    Attempts are released in order of expected end. A count of free GPUs kept outside the state
+    (`_first_possible`) finds the first release after which some domain the gang may use (one
+    node, one leaf, ...) has GPUs enough for it by count: nothing fits before. Only the attempts
+    that touch that domain are released and the gang placed once: only that domain can hold it
+    then. A gang that may spread over the cluster (or when that placement fails: NVLink groups,
+    CPUs, memory) has every attempt released in order and the gang placed after
+    1, 2, 4, ... more releases, then a binary search over the last stretch finds the first
+    release after which it fits: O(log n) placements, not one per release.
     """
     ends = state.by_end[: bisect_left(state.by_end, (INFINITY,))]  # attempts without an end last
+    if not ends:
+        return None
+    last = len(state.topology.span_names) - 1
+    if req.gpus_per_replica == 0 or req.max_span >= last:
+        return _search(state, req, now, ends, 0)  # anywhere: the search's own count check suffices
+    first, where = _first_possible(state, req, ends)
+    if first is None:
+        return None  # even once every attempt with an end has ended, no domain has GPUs enough
+    if where is not None:
+        found = _fits_inside(state, req, ends[: first + 1], where)
+        if found is not None:
+            return Reservation("", max(ends[first][0], now), tuple(found))
+    return _search(state, req, now, ends, first)
+
+
+def _placed_counts(state: ClusterState, req: Request) -> list[tuple[int, int]] | None:
+    """(node, GPUs) of where the gang places now, tentatively (rolled back); None if nowhere."""
+    inner = state.plan.checkpoint()
+    placed = place(state, req, explain=False)
+    state.plan.rollback(inner)
+    if not isinstance(placed, list):
+        return None
+    counts: dict[int, int] = {}
+    for node, mask in placed:
+        counts[node] = counts.get(node, 0) + mask.bit_count()
+    return sorted(counts.items())
+
+
+def _release(state: ClusterState, job_id: JobId) -> None:
+    attempt = state.running[job_id]
+    for node, mask, cpus, memory in state.attempt_resources(attempt):
+        state.give_back(node, mask, cpus, memory, attempt.exclusive)
+
+
+def _fits_inside(
+    state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]], nodes: frozenset[int]
+) -> list[tuple[int, int]] | None:
+    """Release (tentatively) the attempts that touch these nodes and place the gang."""
+    base = state.plan.checkpoint()
+    try:
+        for _, _, job_id in ends:
+            if any(node in nodes for node, _ in state.running[job_id].placement):
+                _release(state, job_id)
+        return _placed_counts(state, req)
+    finally:
+        state.plan.rollback(base)
+
+
+def _search(
+    state: ClusterState, req: Request, now: float, ends: Sequence[tuple[float, int, JobId]], first: int
+) -> Reservation | None:
+    """Release every attempt in order from the start; galloping then binary search from `first`."""
     base = state.plan.checkpoint()
     marks: list[int] = []  # marks[i]: plan checkpoint before release i
     g = max(1, req.gpus_per_replica)
-
-    def release_through(last: int) -> None:
-        while len(marks) <= last:
-            marks.append(state.plan.checkpoint())
-            attempt = state.running[ends[len(marks) - 1][2]]
-            for node, mask, cpus, memory in state.attempt_resources(attempt):
-                state.give_back(node, mask, cpus, memory, attempt.exclusive)
 
     def fits_after(last: int) -> list[tuple[int, int]] | None:
         if len(marks) > last + 1:
             state.plan.rollback(marks[last + 1])
             del marks[last + 1 :]
-        release_through(last)
+        while len(marks) <= last:
+            marks.append(state.plan.checkpoint())
+            _release(state, ends[len(marks) - 1][2])
         if state.index.capacity(0, req.classes, g)[0] < req.replicas:
             return None
-        inner = state.plan.checkpoint()
-        placed = place(state, req, explain=False)
-        state.plan.rollback(inner)
-        if not isinstance(placed, list):
-            return None
-        counts: dict[int, int] = {}
-        for node, mask in placed:
-            counts[node] = counts.get(node, 0) + mask.bit_count()
-        return sorted(counts.items())
+        return _placed_counts(state, req)
 
-    if not ends:
-        return None
-    failed, step, probe = -1, 1, 0
+    failed, step, probe = first - 1, 1, first
     while True:
         found = fits_after(probe)
         if found is not None or probe == len(ends) - 1:
@@ -81,6 +124,68 @@ def earliest_fit(state: ClusterState, req: Request, now: float) -> Reservation |
             lo = mid
     state.plan.rollback(base)
     return Reservation("", max(ends[hi][0], now), tuple(found))
+
+
+def _first_possible(
+    state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]]
+) -> tuple[int | None, frozenset[int] | None]:
+    """The first release after which some domain the gang may use has GPUs enough for it, by
+    count (an upper bound of what placement finds: NVLink groups, CPUs and memory aside), and the
+    nodes of the domains that reached it then (None: the whole cluster, or already before any
+    release); (None, None) when none ever does. Counts nodes' available GPUs as the index does,
+    without the plan."""
+    topo, index = state.topology, state.index
+    g, classes = req.gpus_per_replica, req.classes
+    allowed = set(classes)
+    last = len(topo.span_names) - 1
+    depth = -1 if req.max_span <= 1 else (topo.depth_of_span(req.max_span) if req.max_span < last else 0)
+    # (earliest_fit calls this only below the cluster; depth 0 is kept correct all the same)
+    if depth < 0:
+        if index.best_fit(0, classes, req.gpus) >= 0:
+            return 0, None  # a node has GPUs enough already (placement failed for another reason)
+    elif any(index.capacity(dom, classes, g)[0] >= req.replicas for dom in topo.by_depth[depth]):
+        return 0, None  # the same for a domain
+    counts: dict[int, int] = {}  # domain at `depth` -> replicas its nodes hold, once touched
+    alloc: dict[int, int] = {}  # node -> allocated mask after the releases so far, once touched
+    avail: dict[int, int] = {}  # node -> its available GPUs then
+    freed_exclusive: set[int] = set()
+    up = NodeState.UP
+    for i, (_, _, job_id) in enumerate(ends):
+        attempt = state.running[job_id]
+        reached: list[int] = []
+        for node, mask in attempt.placement:
+            if state.node_class[node] not in allowed:
+                continue
+            left = alloc.get(node, state.alloc[node]) & ~mask
+            alloc[node] = left
+            if attempt.exclusive:
+                freed_exclusive.add(node)
+            if state.node_state[node] is not up or (state.exclusive[node] and node not in freed_exclusive):
+                new = 0
+            else:
+                free = state.healthy[node] & ~left & ~state.held[node]
+                new = max(0, free.bit_count() - state.reserved[node])
+            old = avail.get(node, index.avail[node])
+            avail[node] = new
+            if depth < 0:
+                if new >= req.gpus:
+                    reached.append(node)
+                continue
+            dom = topo.node_domains[node][depth]
+            count = counts.get(dom)
+            if count is None:
+                count = index.capacity(dom, classes, g)[0]
+            count += new // g - old // g
+            counts[dom] = count
+            if count >= req.replicas:
+                reached.append(dom)
+        if reached:
+            if depth == 0:
+                return i, None
+            if depth < 0:
+                return i, frozenset(reached)
+            return i, frozenset(n for dom in reached for n in topo.domains[dom].nodes)
+    return None, None
 
 
 def hold(state: ClusterState, reservation: Reservation) -> None:
