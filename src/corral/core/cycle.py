@@ -20,7 +20,7 @@ from corral.core.jobs import PendingJob, QueueState, RunningAttempt, shape_of
 from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
 from corral.core.placement import Miss, NodeMask, Request, place
 from corral.core.plugins import Profile
-from corral.core.preempt import NO_CANDIDATES, SameQueue, Selection, select_victims
+from corral.core.preempt import NO_CANDIDATES, SameQueue, Selection, ranked_candidates, select_victims
 from corral.core.repeats import Key
 from corral.core.request import never_fits, request_for
 from corral.core.state import ClusterState
@@ -337,6 +337,21 @@ class _Cycle:
         self._start(job, placed, backfilled=True)
         return True
 
+    def _may_search(self, none_up_to: dict[QueueName, int], job: PendingJob) -> bool:
+        """Whether to search victims for the job: not when its queue was found to have none for
+        its class or a higher one (candidates only shrink during a cycle), nor past the per-cycle
+        caps (counted here; the reason then says preemption was deferred)."""
+        known = none_up_to.get(job.spec.queue)
+        if known is not None and job.spec.priority <= known:
+            return False
+        if self.preempt_tries >= self.profile.max_preemption_tries or (
+            len(self.result.nominations) >= self.profile.max_nominations
+        ):
+            self.deferred = True
+            return False
+        self.preempt_tries += 1
+        return True
+
     def _preempt(self, job: PendingJob, req: Request) -> bool | None:
         """Nominate the job to GPUs freed by preempting whole gangs, if the policy allows.
 
@@ -345,20 +360,11 @@ class _Cycle:
         victims_plugin = self.profile.victims
         assert victims_plugin is not None
         state = self.state
-        known = self.no_victims.get(job.spec.queue)
-        if known is not None and job.spec.priority <= known:
-            return None  # candidates only shrink during a cycle: none for a higher class, none for this
-        if self.preempt_tries >= self.profile.max_preemption_tries or (
-            len(self.result.nominations) >= self.profile.max_nominations
-        ):
-            self.deferred = True  # the reason says so
+        if not self._may_search(self.no_victims, job):
             return None
-        self.preempt_tries += 1
         selection = select_victims(state, victims_plugin, job, req, self.now)
         if selection is NO_CANDIDATES:
-            self.no_victims[job.spec.queue] = max(
-                job.spec.priority, known if known is not None else -(1 << 62)
-            )
+            _none_up_to(self.no_victims, job)
             return None
         refused = isinstance(selection, Selection) and not victims_plugin.permit(
             job, selection.victims, state, self.now
@@ -382,25 +388,12 @@ class _Cycle:
         victims_plugin = self.profile.victims
         assert victims_plugin is not None
         state, spec, now = self.state, job.spec, self.now
-        known = self.no_budget_victims.get(spec.queue)
-        if known is not None and spec.priority <= known:
+        if not self._may_search(self.no_budget_victims, job):
             return None
-        if self.preempt_tries >= self.profile.max_preemption_tries or (
-            len(self.result.nominations) >= self.profile.max_nominations
-        ):
-            self.deferred = True
-            return None
-        self.preempt_tries += 1
         narrowed = SameQueue(victims_plugin)
-        state.occupancy.settle(now)
-        members = state.occupancy.members
-        groups = [key for key in members if narrowed.group_eligible(job, key[0], key[1], state, now)]
-        mine = [a for key in groups for a in members[key].values() if a.start < now]
-        ranked = narrowed.rank(job, mine, state, now) if mine else []
+        ranked = ranked_candidates(state, narrowed, job, now)
         if not ranked:
-            self.no_budget_victims[spec.queue] = max(
-                spec.priority, known if known is not None else -(1 << 62)
-            )
+            _none_up_to(self.no_budget_victims, job)
             return None
         selection = select_victims(state, narrowed, job, self._request(job), now)
         if not isinstance(selection, Selection):
@@ -489,6 +482,12 @@ class _Cycle:
                 self.state.unqueue(queue, job)
                 del keys[bisect_left(keys, job.key)]
                 job.key = ()
+
+
+def _none_up_to(none_up_to: dict[QueueName, int], job: PendingJob) -> None:
+    """Remember that the job's queue has no victims for its class (nor, so, for any lower)."""
+    known = none_up_to.get(job.spec.queue)
+    none_up_to[job.spec.queue] = job.spec.priority if known is None else max(known, job.spec.priority)
 
 
 def _capacity_text(state: ClusterState, req: Request, miss: Miss) -> tuple[str, Why]:

@@ -43,9 +43,7 @@ def select_victims(
 ) -> Selection | str | None:
     """Choose victims for `job`; None when no eligible set frees one placement, NO_CANDIDATES when
     no running attempt can be a victim at all."""
-    state.occupancy.settle(now)
-    members = state.occupancy.members
-    ok = {key for key in members if plugin.group_eligible(job, key[0], key[1], state, now)}
+    ok = eligible_groups(state, plugin, job, now)
     if not ok:
         return NO_CANDIDATES  # `group_eligible` is an upper bound: no attempt of any group qualifies
     if plugin.bounds_by_group:
@@ -53,6 +51,24 @@ def select_victims(
         if fast is not _RETRY:
             return fast
     return _full_scan(state, plugin, job, req, now, ok)
+
+
+def eligible_groups(state: ClusterState, plugin: Victims, job: PendingJob, now: float) -> set[Group]:
+    """The (queue, class) groups whose candidates the plugin may take for `job`, at `now`."""
+    state.occupancy.settle(now)
+    return {key for key in state.occupancy.members if plugin.group_eligible(job, key[0], key[1], state, now)}
+
+
+def ranked_candidates(
+    state: ClusterState, plugin: Victims, job: PendingJob, now: float, ok: set[Group] | None = None
+) -> list[RunningAttempt]:
+    """Every candidate of the groups in `ok` (None: the eligible groups) that the plugin allows as
+    a victim of `job`, in its victim order (not one started at `now`)."""
+    members = state.occupancy.members
+    if ok is None:
+        ok = eligible_groups(state, plugin, job, now)
+    attempts = [a for key in ok for a in members[key].values() if a.start < now]
+    return plugin.rank(job, attempts, state, now) if attempts else []
 
 
 _RETRY = "retry"
@@ -148,11 +164,8 @@ def _full_scan(
     `group_eligible` (the groups in `ok`; None: every group), so this examines every running
     attempt that could be a victim.
     """
-    members = state.occupancy.members
-    if ok is None:
-        ok = set(members)
-    candidates = plugin.rank(
-        job, [a for key in ok for a in members[key].values() if a.start < now], state, now
+    candidates = ranked_candidates(
+        state, plugin, job, now, set(state.occupancy.members) if ok is None else ok
     )
     if not candidates:
         return NO_CANDIDATES

@@ -13,7 +13,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from corral.core.model import INFINITY, JobId, NodeState
+from corral.core.model import INFINITY, JobId
 from corral.core.placement import Request, place
 from corral.core.state import ClusterState
 
@@ -149,7 +149,6 @@ def _first_possible(
     alloc: dict[int, int] = {}  # node -> allocated mask after the releases so far, once touched
     avail: dict[int, int] = {}  # node -> its available GPUs then
     freed_exclusive: set[int] = set()
-    up = NodeState.UP
     for i, (_, _, job_id) in enumerate(ends):
         attempt = state.running[job_id]
         reached: list[int] = []
@@ -160,11 +159,7 @@ def _first_possible(
             alloc[node] = left
             if attempt.exclusive:
                 freed_exclusive.add(node)
-            if state.node_state[node] is not up or (state.exclusive[node] and node not in freed_exclusive):
-                new = 0
-            else:
-                free = state.healthy[node] & ~left & ~state.held[node]
-                new = max(0, free.bit_count() - state.reserved[node])
+            new = state.available(node, left, state.exclusive[node] and node not in freed_exclusive)
             old = avail.get(node, index.avail[node])
             avail[node] = new
             if depth < 0:

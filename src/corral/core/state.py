@@ -182,17 +182,24 @@ class ClusterState:
     def is_schedulable(self, node: int) -> bool:
         return self.node_state[node] is NodeState.UP and not self.exclusive[node]
 
+    def available(self, node: int, alloc: int, exclusive: bool) -> int:
+        """A node's available GPUs (healthy, not allocated, not held, minus reserved) were its
+        allocated mask `alloc` and its exclusive flag `exclusive`: 0 unless it is up."""
+        if self.node_state[node] is not NodeState.UP or exclusive:
+            return 0
+        free = self.healthy[node] & ~alloc & ~self.held[node]
+        return max(0, free.bit_count() - self.reserved[node])
+
     def _refresh(self, node: int) -> None:
-        """Recompute a node's available count (free minus reserved) and move it in the buckets."""
-        if self.node_state[node] is not NodeState.UP or self.exclusive[node]:
-            self.index.move(node, 0)
-            self.nvl_index.move(node, 0)
-            return
-        free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
-        avail = max(0, free.bit_count() - self.reserved[node])
+        """Recompute a node's available count and move it in the buckets."""
+        alloc = self.alloc[node]
+        avail = self.available(node, alloc, self.exclusive[node])
         self.index.move(node, avail)
         masks = self.group_masks[node]
-        if len(masks) > 1:
+        if avail == 0:
+            self.nvl_index.move(node, 0)
+        elif len(masks) > 1:
+            free = self.healthy[node] & ~alloc & ~self.held[node]
             best = max((free & m).bit_count() for m in masks)
             self.nvl_index.move(node, min(best, avail))
 
