@@ -14,7 +14,7 @@ clock set to each step's `at`. Steps translate as follows:
 Expectations are read from what was stored: the step's `start`, `preempting` and ending events
 in the journal, the agents' orders from the outbox, and the job objects of `GET /v1/jobs/{id}`
 (state, placement, reason, reason code). Reservations are not stored: `reserve` is checked
-through the job's reason (code `reserved`, text `reserved to start at t+...`). Beyond the
+through the job's reason (code `reserved`, text `reserved to start at t=...`, time `reason_at`). Beyond the
 expectations, each step also runs through the core beside it (test_scenarios.Scenario), and
 the stored decisions must be the core's: the same GPUs started, the same victims, the same
 rejections, the same pending jobs with the same reason codes. Reason texts are not compared:
@@ -314,8 +314,9 @@ class ServerScenario:
             assert sid not in preempted, f"{where}: {sid} was preempted by {preempted[sid]}"
         assert not (expect.get("no_preempt") and preempted), f"{where}: unexpected preemptions {preempted}"
         for sid, at in expect.get("reserve", {}).items():  # not stored: the reason says it
-            job, text = self.job(sid), f"reserved to start at t+{at - self.clock.now:.0f}s"
+            job, text = self.job(sid), f"reserved to start at t={at:.0f}s"
             assert job["reason_code"] == "reserved" and text in job["reason"], f"{where}: {self.reason(sid)}"
+            assert job["reason_at"] == at, f"{where}: {self.reason(sid)}"
         for sid, text in expect.get("reject", {}).items():
             if sid in self.refused:
                 assert text in self.refused[sid], f"{where}: {sid} refused with {self.refused[sid]!r}"

@@ -13,13 +13,15 @@ import heapq
 from bisect import bisect_left
 from typing import cast
 
+from corral.core import reasons as why_text
 from corral.core import repeats, reserve
 from corral.core.decisions import CycleResult, Nominate, Preempt, Reason, Reject, Reserve, Start, Why
 from corral.core.fairshare import advance_usage
 from corral.core.jobs import PendingJob, QueueState, RunningAttempt, shape_of
 from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
-from corral.core.placement import Miss, NodeMask, Request, place
-from corral.core.plugins import Profile
+from corral.core.occupancy import Group
+from corral.core.placement import NodeMask, Request, place
+from corral.core.plugins import Profile, Victims
 from corral.core.preempt import NO_CANDIDATES, SameQueue, Selection, ranked_candidates, select_victims
 from corral.core.repeats import Key
 from corral.core.request import never_fits, request_for
@@ -104,6 +106,7 @@ class _Cycle:
         self.no_budget_victims: dict[QueueName, int] = {}  # the same, among the queue's own jobs
         self.preempt_tries = 0
         self.deferred = False  # a job skipped preemption because of the per-cycle caps
+        self.protection: dict[Group, float] | None = None  # per group, when its first protection ends
 
     # ---- order ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -223,14 +226,11 @@ class _Cycle:
         reasons = self.result.reasons
         if job.is_flagged(self.now):  # held, backing off or nominated: rare
             if job.held:
-                reasons[spec.id] = Reason(
-                    Why.HELD, "held by a user or an admin; `corral release` lets it run"
-                )
+                reasons[spec.id] = why_text.held()
                 return False
             if job.not_before > self.now:
-                reasons[spec.id] = Reason(
-                    Why.BACKOFF, f"restart backoff: may start at t+{job.not_before - self.now:.0f}s"
-                )
+                reasons[spec.id] = why_text.backoff(job.not_before, self.now)
+                self.result.wake_at(job.not_before)
                 return False
             if job.nomination is not None and self._nominated(job):
                 return True
@@ -249,6 +249,7 @@ class _Cycle:
                     outcome = self._preempt_for_budget(job, queue)
                     if outcome is not None:
                         return outcome  # nominated (or started) after preempting its own queue's jobs
+                    why = self._protected(job, why, SameQueue(self.profile.victims))
                 reasons[spec.id] = why
                 self.verdicts[verdict_key] = (version, why)
                 return False
@@ -269,11 +270,19 @@ class _Cycle:
             outcome = self._preempt(job, req)
             if outcome is not None:
                 return outcome  # started at once, or nominated and waiting for its victims
-        text, code = _capacity_text(self.state, req, placed)
-        if self.deferred and self.profile.victims is not None:
-            text += "; preemption deferred to a later cycle (per-cycle cap reached)"
-        self.blocked[shape] = Reason(code, text)  # later jobs of this shape wait alike, without a reservation
-        reasons[spec.id] = self._reserve(job, req, text, code)
+        limit = spec.time_limit
+        ends_by = None if limit is None else self.now + limit
+        why = why_text.capacity(self.state, req, placed, self._reserved_for(req), ends_by, self.now)
+        if self.profile.victims is not None:
+            why = self._protected(job, why, self.profile.victims)
+            if self.deferred:
+                why = Reason(
+                    why.code,
+                    why.message + "; preemption deferred to a later cycle (per-cycle cap reached)",
+                    why.at,
+                )
+        self.blocked[shape] = why  # later jobs of this shape wait alike, without a reservation
+        reasons[spec.id] = self._reserve(job, req, why)
         if self.state.use_version == version:  # what the next job of this shape will be told
             self.verdicts[verdict_key] = (version, self.blocked[shape])
         return False
@@ -449,7 +458,35 @@ class _Cycle:
             return self._nominated(job)
         return False
 
-    def _reserve(self, job: PendingJob, req: Request, text: str, code: Why) -> Reason:
+    def _reserved_for(self, req: Request) -> list[tuple[str, float, tuple[int, ...]]]:
+        """(job, start, nodes) of this cycle's reservations on nodes the gang may use, earliest first."""
+        if not self.reservations:
+            return []
+        allowed, node_class = set(req.classes), self.state.node_class
+        held = [
+            (r.job, r.start, tuple(n for n, _ in r.capacity if node_class[n] in allowed))
+            for r in self.reservations
+        ]
+        return sorted(h for h in held if h[2])
+
+    def _protected(self, job: PendingJob, why: Reason, plugin: Victims) -> Reason:
+        """A job that found no victims: when the first attempt it might take leaves its
+        `min_runtime` (the cycle is due again then; the reason says so)."""
+        if self.protection is None:
+            self.protection = self.state.occupancy.protection_ends(self.now)
+        if not self.protection:
+            return why
+        state, now = self.state, self.now
+        until = min(
+            (t for (q, p), t in self.protection.items() if plugin.group_eligible(job, q, p, state, now)),
+            default=None,
+        )
+        if until is None:
+            return why
+        self.result.wake_at(until)
+        return why_text.with_protection(why, until, now)
+
+    def _reserve(self, job: PendingJob, req: Request, why: Reason) -> Reason:
         """Reserve capacity for the first capacity-blocked job of its queue; the reason it waits."""
         state = self.state
         queue = job.spec.queue
@@ -461,16 +498,16 @@ class _Cycle:
             self.reserved_queues.add(queue)
             found = reserve.earliest_fit(state, req, self.now)
             if found is None:
-                text += "; no reservation: the GPUs it needs are held by jobs without a time limit"
-            else:
-                found = reserve.Reservation(job.spec.id, found.start, found.capacity)
-                reserve.hold(state, found)
-                self.reservations.append(found)
-                capacity = tuple((state.specs[n].name, c) for n, c in found.capacity)
-                self.result.reservations.append(Reserve(job.spec.id, found.start, capacity))
-                text += f"; reserved to start at t+{found.start - self.now:.0f}s"
-                code = Why.RESERVED
-        return Reason(code, text)
+                text = "; no reservation: the GPUs it needs are held by jobs without a time limit"
+                return Reason(why.code, why.message + text, why.at)
+            found = reserve.Reservation(job.spec.id, found.start, found.capacity)
+            reserve.hold(state, found)
+            self.reservations.append(found)
+            capacity = tuple((state.specs[n].name, c) for n, c in found.capacity)
+            self.result.reservations.append(Reserve(job.spec.id, found.start, capacity))
+            self.result.wake_at(found.start)
+            return why_text.with_reservation(why, found.start, self.now)
+        return why
 
     def remove_started(self) -> None:
         for name, ids in self.started.items():
@@ -488,19 +525,3 @@ def _none_up_to(none_up_to: dict[QueueName, int], job: PendingJob) -> None:
     """Remember that the job's queue has no victims for its class (nor, so, for any lower)."""
     known = none_up_to.get(job.spec.queue)
     none_up_to[job.spec.queue] = job.spec.priority if known is None else max(known, job.spec.priority)
-
-
-def _capacity_text(state: ClusterState, req: Request, miss: Miss) -> tuple[str, Why]:
-    g, reps = req.gpus_per_replica, req.replicas
-    need = f"{reps} x {g} GPUs" if reps > 1 else f"{g} GPUs"
-    names = state.topology.span_names
-    scope = names[min(miss.span, len(names) - 1)]
-    if scope == "cluster":
-        return f"needs {need}; {miss.best_gpus} GPUs are free in the cluster", Why.CAPACITY
-    if scope in ("nvlink", "node"):
-        scope = "NVLink domain" if scope == "nvlink" else "node"
-        return f"needs {need} inside one {scope} (required); none has room now", Why.TOPOLOGY
-    return (
-        f"needs {need} inside one {scope} (required); the most free in any {scope} is {miss.best_gpus}",
-        Why.TOPOLOGY,
-    )

@@ -85,6 +85,17 @@ class Occupancy:
                 heapq.heapify(self._waiting)
                 self._stale = 0
 
+    def protection_ends(self, now: float) -> dict[Group, float]:
+        """Per group, the earliest time after `now` at which one of its attempts leaves its
+        minimum run time and becomes a candidate (one pass over the attempts still inside it)."""
+        ends: dict[Group, float] = {}
+        for t, _, attempt in self._waiting:
+            if attempt.candidate == _WAITING and t > now:
+                key = (attempt.job.spec.queue, attempt.job.spec.priority)
+                if t < ends.get(key, t + 1.0):
+                    ends[key] = t
+        return ends
+
     def waiting(self) -> int:
         """Entries in the heap of attempts inside their minimum run time (stale ones included)."""
         return len(self._waiting)
