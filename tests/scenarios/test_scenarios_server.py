@@ -17,8 +17,7 @@ in the journal, the agents' orders from the outbox, and the job objects of `GET 
 through the job's reason (code `reserved`, text `reserved to start at t=...`, time `reason_at`). Beyond the
 expectations, each step also runs through the core beside it (test_scenarios.Scenario), and
 the stored decisions must be the core's: the same GPUs started, the same victims, the same
-rejections, the same pending jobs with the same reason codes. Reason texts are not compared:
-the scheduler rewrites a text whose code is unchanged at most every REASON_REFRESH seconds.
+rejections, the same pending jobs with the same reason codes.
 """
 
 from __future__ import annotations

@@ -169,7 +169,12 @@ def _history(ctx: Context, who: Principal, job_id: str) -> dict[str, Any]:
             )
         ]
         reasons = [
-            {"t": x["t"], "code": x["code"], "message": x["message"]}  # Row.t is Row's own tuple view
+            {
+                "t": x["t"],
+                "code": x["code"],
+                "message": x["message"],
+                "at": x["at"],
+            }  # Row.t: Row's tuple view
             for x in conn.execute(select(r).where(r.c.job_id == job_id).order_by(r.c.id)).mappings()
         ]
     return {"events": events, "reasons": reasons}
@@ -216,6 +221,7 @@ def _change(ctx: Context, who: Principal, job_id: str, action: str, conn: Connec
                 version=j.c.version + 1,
                 reason=f"cancelled by {who.name}",
                 reason_code="cancel",
+                reason_at=None,
             )
         ).rowcount
         if changed != 1:

@@ -26,6 +26,7 @@ from sqlalchemy.exc import IntegrityError
 from corral.core.decisions import Preempt, Start
 from corral.core.eventshape import placement_json
 from corral.server.endings import Ending
+from corral.server.reasons import ReasonChange
 from corral.store import schema
 from corral.store.engine import append_events, dumps
 
@@ -133,6 +134,7 @@ class Batch:
                     version=j.c.version + 1,
                     reason="",
                     reason_code="",
+                    reason_at=None,
                     **values,
                 ),
                 rows,
@@ -254,6 +256,7 @@ class Batch:
                 state="rejected",
                 reason=reason,
                 reason_code="never_fits",
+                reason_at=None,
                 end_time=self.now,
                 version=j.c.version + 1,
             )
@@ -262,7 +265,7 @@ class Batch:
             raise GuardFailed(f"reject {job}: no longer pending")
         self.events([{"event": "reject", "t": self.now, "job": job, "reason": reason}])
 
-    def reasons(self, changes: Sequence[tuple[str, str, str, bool]]) -> None:
+    def reasons(self, changes: Sequence[ReasonChange]) -> None:
         """Persist changed reasons of pending jobs; a new code also goes to the reason history."""
         if not changes:
             return
@@ -270,13 +273,13 @@ class Batch:
         self.conn.execute(
             update(j)
             .where(j.c.id == bindparam("job_id"), j.c.state == "pending")
-            .values(reason_code=bindparam("code"), reason=bindparam("message")),
-            [{"job_id": job, "code": code, "message": message} for job, code, message, _ in changes],
+            .values(reason_code=bindparam("code"), reason=bindparam("message"), reason_at=bindparam("at")),
+            [{"job_id": c.job, "code": c.code, "message": c.message, "at": c.at} for c in changes],
         )
         history = [
-            {"job_id": job, "t": self.now, "code": code, "message": message}
-            for job, code, message, new in changes
-            if new
+            {"job_id": c.job, "t": self.now, "code": c.code, "message": c.message, "at": c.at}
+            for c in changes
+            if c.new_code
         ]
         if history:
             self.conn.execute(insert(schema.reasons), history)
@@ -369,7 +372,10 @@ class Batch:
             }
             if terminal:
                 values.update(
-                    end_time=self.now, reason=bindparam("b_reason"), reason_code=bindparam("b_reason_code")
+                    end_time=self.now,
+                    reason=bindparam("b_reason"),
+                    reason_code=bindparam("b_reason_code"),
+                    reason_at=None,
                 )
             if restart:
                 values.update(restarts=j.c.restarts + 1, not_before=bindparam("b_not_before"))

@@ -193,6 +193,7 @@ def job_json(row: Any, placement: list[dict[str, Any]] | None = None) -> dict[st
         "placement": placement or [],
         "reason": row.reason,
         "reason_code": row.reason_code,
+        "reason_at": row.reason_at,  # the time the reason names (Unix time), or null
         "held": bool(row.held),
         "priority_class": spec["priority_class"],
         "priority": spec["priority"],
@@ -219,7 +220,8 @@ def new_job_json(job_id: str, prepared: Prepared) -> dict[str, Any]:
     spec, request = prepared.spec, prepared.request
     return {
         "id": job_id, "name": spec.name, "state": "pending", "queue": spec.queue, "user": spec.user,
-        "team": prepared.team, "attempt": 0, "placement": [], "reason": "", "reason_code": "", "held": False,
+        "team": prepared.team, "attempt": 0, "placement": [], "reason": "", "reason_code": "",
+        "reason_at": None, "held": False,
         "priority_class": spec.priority_class, "priority": spec.priority, "replicas": spec.replicas,
         "gpus_per_replica": spec.gpus_per_replica, "gpus": spec.gpus, "time_limit": spec.time_limit,
         "preemptible": spec.preemptible, "launch": spec.launch.value, "gpu_model": list(spec.gpu_model),

@@ -4,11 +4,13 @@ It keeps the scheduling state in memory (built from the database at start), tail
 (`events`, public and `x.` kinds) for what others wrote (submissions, cancels, holds, agent
 reports, node and configuration changes), runs `corral.core.cycle.schedule` when something
 changed, and commits the cycle's decisions in guarded groups in one transaction. It sleeps on
-a doorbell (a UDP datagram the API sends after each commit), not on a fixed poll; a timer
-wakes it only for restart backoffs, and a slow fallback re-reads the journal in case a ring
-was lost. When a group's guard fails (another writer got there first) the group is dropped
-and the memory rebuilt from the database, so a second or stale scheduler can never allocate
-a GPU twice or start a job twice.
+a doorbell (a UDP datagram the API sends after each commit), not on a fixed poll, or until the
+last cycle's `next_wake` (the core's earliest time at which an input of its decisions changes
+by itself: a backoff or a victim's min_runtime ends, a reservation begins) or a restart
+backoff's end; a slow fallback re-reads the journal in case a ring was lost. When a group's
+guard fails (another writer got there first) the group is dropped and the memory rebuilt
+from the database, so a second or stale scheduler can never allocate a GPU twice or start a
+job twice. While an admin has paused scheduling, every pending job's reason says so.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import heapq
 import json
 import logging
+import math
 import threading
 import time
 from collections import defaultdict
@@ -24,6 +27,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from corral.core import reasons as why_text
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult, Preempt
 from corral.core.model import JobId, NodeName, NodeSpec
@@ -35,7 +39,7 @@ from corral.server.commit import Batch, EndItem, StartItem
 from corral.server.doorbell import Bell, Doorbell
 from corral.server.endings import Ending, ending_of
 from corral.server.jobs import spec_from_json
-from corral.server.reasons import ReasonBook
+from corral.server.reasons import ReasonBook, ReasonChange
 from corral.server.restore import restore_attempt, unapplied_exits
 from corral.store import schema
 from corral.store.engine import Engines
@@ -76,7 +80,9 @@ class Scheduler:
         self.clean_exits: dict[tuple[str, int], set[str]] = {}
         self.lost_nodes: list[tuple[str, str]] = []  # (node, reason) whose attempts are still to end
         self.paused = False
+        self.paused_by: tuple[str, float | None] = ("", None)  # who paused scheduling, and when
         self.timers: list[float] = []
+        self.wake = math.inf  # the last cycle's `next_wake`
         self.reasons = ReasonBook()
         self.cycles = 0
         self.replay: list[Any] = []  # journal entries behind the cursor still to apply (after a reload)
@@ -107,6 +113,8 @@ class Scheduler:
             )
             state = model.build_state()
             self.paused = get_setting(conn, "scheduler.paused", "0") == "1"
+            if self.paused:
+                self.paused_by = _last_pause(conn)
             j, a = schema.jobs, schema.attempts
             live = conn.execute(
                 select(
@@ -134,16 +142,23 @@ class Scheduler:
                 if not r.reason.startswith("unclean")  # an unclean node's live attempts are real
             ]
             pending = conn.execute(
-                select(j.c.spec, j.c.attempt, j.c.held, j.c.not_before, j.c.reason_code, j.c.reason)
+                select(
+                    j.c.spec,
+                    j.c.attempt,
+                    j.c.held,
+                    j.c.not_before,
+                    j.c.reason_code,
+                    j.c.reason,
+                    j.c.reason_at,
+                )
                 .where(j.c.state == "pending")
                 .order_by(j.c.seq)
             ).all()
-            now = self.clock()
             for row in pending:
                 job = state.submit(spec_from_json(row.spec), attempts=row.attempt)
                 job.held, job.not_before = bool(row.held), row.not_before
                 if row.reason_code:  # as persisted: a restart does not rewrite every pending job's reason
-                    self.reasons.known.setdefault(job.spec.id, (row.reason_code, row.reason, now))
+                    self.reasons.known.setdefault(job.spec.id, (row.reason_code, row.reason, row.reason_at))
                 if row.not_before > self.clock():
                     heapq.heappush(self.timers, row.not_before)
         state.plan.commit()
@@ -169,13 +184,14 @@ class Scheduler:
             while self.timers and self.timers[0] <= now:
                 heapq.heappop(self.timers)
             timeout = FALLBACK_WAKE if not self.timers else min(FALLBACK_WAKE, self.timers[0] - now)
+            timeout = max(0.0, min(timeout, self.wake - now))
             if self.reasons_waiting:
                 timeout = min(timeout, self.reasons_due - time.monotonic())
             rung = self.doorbell.wait(timeout)
             pause = self.next_cycle - time.monotonic()
             if rung and pause > 0:  # a flood of rings: gather it into one cycle
                 time.sleep(pause)
-            due = bool(self.timers) and self.timers[0] <= self.clock()
+            due = (bool(self.timers) and self.timers[0] <= self.clock()) or self.wake <= self.clock()
             due = due or (self.reasons_waiting and time.monotonic() >= self.reasons_due)
             self.step(force=rung or due)
 
@@ -198,20 +214,24 @@ class Scheduler:
         now = self.clock()
         result = None
         began = time.monotonic()
-        if not self.paused and self.state.jobs:
+        self.wake = math.inf
+        if self.paused and self.state.jobs:  # no decisions: every pending job says why
+            result = CycleResult(now, others=why_text.paused(*self.paused_by))
+        elif self.state.jobs:
             result = schedule(self.state, self.profile, now)
+            self.wake = result.next_wake
             took = time.monotonic() - began
             self.next_cycle = _next_cycle(began, took)
             metrics.CYCLE_SECONDS.observe(took)
             self.cycles += 1
-        changes: list[tuple[str, str, str, bool]] = []
+        changes: list[ReasonChange] = []
         decided = endings or (result is not None and _decided(result))
         if result is not None:
             # reasons alone are written at most every REASON_FLUSH seconds: under a flood of
             # submissions each write would take SQLite's one write lock from the API
             self.reasons_waiting = not (decided or time.monotonic() >= self.reasons_due)
             if not self.reasons_waiting:
-                changes = self.reasons.changes(self.state, result, now)
+                changes = self.reasons.changes(self.state, result)
                 self.reasons_due = time.monotonic() + self.reason_flush
         else:
             self.reasons_waiting = False
@@ -305,6 +325,8 @@ class Scheduler:
                 reload = reload or json.loads(r.body).get("revision") != self.revision
             elif kind in ("x.pause", "x.resume"):
                 self.paused = kind == "x.pause"
+                body = json.loads(r.body)
+                self.paused_by = (str(body.get("by", "")), body.get("t"))
             elif kind in FOREIGN_DECISIONS or (kind == "cancel" and job_id in state.running):
                 # another scheduler decided (a stale one, during a failover): memory no longer
                 # matches the database, and without a reload both could wait forever on GPUs
@@ -393,7 +415,7 @@ class Scheduler:
         self,
         endings: list[tuple[str, int, Ending]],
         result: CycleResult | None,
-        changes: list[tuple[str, str, str, bool]],
+        changes: list[ReasonChange],
         now: float,
     ) -> Batch:
         state = self.state
@@ -461,6 +483,18 @@ def _shape(spec: NodeSpec) -> tuple[object, ...]:
         sorted(spec.labels.items()),
         spec.nvlink,
     )
+
+
+def _last_pause(conn: Any) -> tuple[str, float | None]:
+    """Who paused scheduling, and when (from the newest `x.pause` of the journal)."""
+    e = schema.events
+    body = conn.execute(
+        select(e.c.body).where(e.c.kind == "x.pause").order_by(e.c.seq.desc()).limit(1)
+    ).scalar()
+    if body is None:
+        return ("", None)
+    entry = json.loads(body)
+    return (str(entry.get("by", "")), entry.get("t"))
 
 
 def _next_cycle(began: float, took: float) -> float:

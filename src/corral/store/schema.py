@@ -49,6 +49,7 @@ jobs = Table(
     Column("exit_code", Integer),
     Column("reason_code", String(32), nullable=False, server_default=""),
     Column("reason", Text, nullable=False, server_default=""),
+    Column("reason_at", Float),  # the time the reason names (a reservation's start, a backoff's end)
     Column("spec", Text, nullable=False),  # the scheduling spec (JobSpec fields), JSON
     Column("request", Text, nullable=False),  # what the user asked for (command, env, mounts...), JSON
     Index("ix_jobs_state", "state"),
@@ -198,5 +199,6 @@ reasons = Table(
     Column("t", Float, nullable=False),
     Column("code", String(32), nullable=False),
     Column("message", Text, nullable=False),
+    Column("at", Float),  # the time the message names, if any
     Index("ix_reasons_job", "job_id"),
 )
