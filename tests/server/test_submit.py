@@ -31,20 +31,27 @@ CASES: dict[str, tuple[dict[str, Any], int, list[str], list[str], dict[str, Any]
         {**OK, "queue": "reserach"}, 422, ["queue", "unknown queue 'reserach'"], ["research, prod"], OK,
     ),
     "gang no node can hold": (
-        {**OK, "gpus_per_replica": 16}, 422, ["can never run", "no node can hold a replica of 16 GPUs"], [],
+        {**OK, "gpus_per_replica": 16}, 422,
+        ["can never run", "needs 16 GPUs per replica; the largest node has 8"],
+        ["use more replicas of at most 8 GPUs each"],
         {**OK, "replicas": 2, "gpus_per_replica": 8},
     ),
     "gang no leaf can hold": (
         {**OK, "replicas": 3, "gpus_per_replica": 8, "topology": {"pack": "leaf", "required": True}}, 422,
-        ["can never run", "3 replicas of 8 GPUs inside one leaf", "at most 2"], [],
+        ["can never run", "3 replicas of 8 GPUs inside one leaf (required)",
+         "the largest leaf holds 2 replicas"],
+        ["without --pack-required", "at most 2 replicas"],
         {**OK, "replicas": 3, "gpus_per_replica": 8, "topology": {"pack": "leaf", "required": False}},
     ),
     "gang over the queue's limit": (
-        {**OK, "replicas": 5, "gpus_per_replica": 8}, 422, ["needs 40 GPUs", "limited to 32"], [],
+        {**OK, "replicas": 5, "gpus_per_replica": 8}, 422, ["needs 40 GPUs", "limited to 32"],
+        ["at most 32 GPUs"],
         {**OK, "replicas": 4, "gpus_per_replica": 8},
     ),
     "unknown GPU model": (
-        {**OK, "gpu_model": "A100-40GB"}, 422, ["of model A100-40GB", "models in the cluster: H100-80GB"], [],
+        {**OK, "gpu_model": "A100-40GB"}, 422,
+        ["no node has GPUs of model A100-40GB", "models in the cluster: H100-80GB"],
+        ["--gpu-model"],
         {**OK, "gpu_model": "H100*"},
     ),
     "unknown pack level": (
@@ -134,6 +141,7 @@ def test_never_fits_has_its_code(server: Server) -> None:
         for spec in (CASES["gang no node can hold"][0], CASES["unknown GPU model"][0]):
             r = c.post("/v1/jobs", json=spec)
             assert r.status_code == 422 and r.json()["code"] == "never_fits", r.text
+            assert r.json()["fix"], r.text  # what to change, as docs/cli.md promises
 
 
 def test_member_outside_the_team(server: Server) -> None:

@@ -205,8 +205,13 @@ def _is_held(job: dict[str, Any]) -> bool:
 
 
 def _why(job: dict[str, Any]) -> str:
-    """The reason a job waits or ended badly; a finished or cancelled job's last reason is stale."""
-    return str(job.get("reason") or "") if job["state"] in ("pending", "rejected", "failed") else ""
+    """The reason a job waits or ended badly (a time it names followed by how far it is from now,
+    e.g. "at 10:45:00 UTC (in 3m)"); a finished or cancelled job's last reason is stale."""
+    if job["state"] not in ("pending", "rejected", "failed"):
+        return ""
+    from corral.core.reasons import with_relative
+
+    return with_relative(str(job.get("reason") or ""), job.get("reason_at"), time.time())
 
 
 def _shape(job: dict[str, Any]) -> str:

@@ -23,8 +23,9 @@ from corral.core.occupancy import Group
 from corral.core.placement import NodeMask, Request, place
 from corral.core.plugins import Profile, Victims
 from corral.core.preempt import NO_CANDIDATES, SameQueue, Selection, ranked_candidates, select_victims
+from corral.core.rejections import never_fits
 from corral.core.repeats import Key
-from corral.core.request import never_fits, request_for
+from corral.core.request import request_for
 from corral.core.state import ClusterState
 
 

@@ -183,3 +183,33 @@ def _unavailable(state: ClusterState, req: Request) -> str:
 
 def _state_word(node_state: NodeState) -> str:
     return node_state.value
+
+
+def relative(at: float, now: float) -> str:
+    """How far `at` is from `now`: `in 3m`, `in 1h05m`, `12s ago`, `now`."""
+    d = at - now
+    s = round(abs(d))
+    if s < 1:
+        return "now"
+    if s < 60:
+        text = f"{s}s"
+    elif s < 3600:
+        text = f"{s // 60}m"
+    elif s < 86400:
+        text = f"{s // 3600}h{s % 3600 // 60:02d}m"
+    else:
+        text = f"{s // 86400}d{s % 86400 // 3600}h"
+    return f"in {text}" if d > 0 else f"{text} ago"
+
+
+def with_relative(message: str, at: float | None, now: float) -> str:
+    """A reason's sentence for a reader at `now`: the time it names followed by how far it is,
+    e.g. `reserved to start at 10:45:00 UTC (in 3m)` (the stored sentence never counts down)."""
+    if at is None or at < UNIX_EPOCH_FLOOR:
+        return message
+    for text in (clock(at), clock(at, at + 86400)):  # as written near its time, or with the date
+        i = message.find(text)
+        if i >= 0:
+            end = i + len(text)
+            return f"{message[:end]} ({relative(at, now)}){message[end:]}"
+    return f"{message} ({relative(at, now)})"
