@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.cli.conftest import Cli
 from tests.server.harness import FakeAgent, free_port, wait_for
@@ -18,7 +19,7 @@ CLI = [sys.executable, "-c", "from corral.cli.main import main; main()"]
 
 
 def test_submit_with_every_flag_prints_the_job_object_of_the_api(cli: Cli) -> None:
-    cli.ok("admin", "pause")  # no scheduling cycle: the job stays exactly as submitted
+    cli.ok("admin", "pause")  # no scheduling cycle: the job stays as submitted, but for its reason
     cli.ok("queues", "set", "research", "--mount-allow", "/datasets")
     job = cli.json(
         "submit", "--name", "train", "--queue", "research", "--priority", "high", "--replicas", 2,
@@ -32,9 +33,14 @@ def test_submit_with_every_flag_prints_the_job_object_of_the_api(cli: Cli) -> No
     assert (job["priority_class"], job["time_limit"], job["preemptible"]) == ("high", 7200, False)
     assert job["topology"] == {"pack": "leaf", "required": True} and job["gpu_model"] == ["H100-80GB"]
     assert job["command"] == ["python", "train.py", "--epochs", "3"] and job["max_restarts"] == 1
+
+    def but_reason(j: dict[str, Any]) -> dict[str, Any]:
+        assert j["reason_code"] in ("", "paused"), j  # pending jobs say that scheduling is paused
+        return {k: v for k, v in j.items() if not k.startswith("reason")}
+
     with cli.server.client() as c:
-        assert c.get(f"/v1/jobs/{job['id']}").json() == job
-    assert cli.json("show", job["id"]) == job
+        assert but_reason(c.get(f"/v1/jobs/{job['id']}").json()) == but_reason(job)
+    assert but_reason(cli.json("show", job["id"])) == but_reason(job)
     plain = cli.ok("submit", "--queue", "prod", "--gpus", 2, "--", "sleep", "1").stdout
     assert plain.split()[0] == "j2" and "queue prod (2 GPUs): pending" in plain
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from corral.core.decisions import Why
 from corral.core.model import INFINITY, NodeName, NodeState
+from corral.core.reasons import relative, with_relative
 from tests.helpers import job, nodes, occupy, run, state_of
 
 
@@ -69,3 +70,15 @@ def test_a_backoff_names_its_end_and_wakes_the_cycle_then() -> None:
         130.0,
     )
     assert result.next_wake == 130.0
+
+
+def test_readers_see_how_far_a_time_is_after_it() -> None:
+    at = 1_790_001_840.0  # 14:44:00 UTC
+    text = "needs 2 x 8 GPUs; reserved to start at 14:44:00 UTC; more"
+    assert (
+        with_relative(text, at, at - 185)
+        == "needs 2 x 8 GPUs; reserved to start at 14:44:00 UTC (in 3m); more"
+    )
+    assert with_relative(text, at, at + 12).endswith("14:44:00 UTC (12s ago); more")
+    assert with_relative("restart backoff: may start at t=130s", 130.0, 100.0).endswith("t=130s")  # simulated
+    assert relative(at, at - 3900) == "in 1h05m" and relative(at, at) == "now"
