@@ -473,11 +473,9 @@ class _Cycle:
     def _protected(self, job: PendingJob, why: Reason, plugin: Victims) -> Reason:
         """A job that found no victims: when the first attempt it might take leaves its
         `min_runtime` (the cycle is due again then; the reason says so)."""
-        if self.protection is None:
-            self.protection = self.state.occupancy.protection_ends(self.now)
-        if not self.protection:
-            return why
         state, now = self.state, self.now
+        if self.protection is None:
+            self.protection = state.occupancy.protection_ends(now)
         until = min(
             (t for (q, p), t in self.protection.items() if plugin.group_eligible(job, q, p, state, now)),
             default=None,

@@ -93,7 +93,7 @@ def capacity(
     if scope == "cluster":
         free = "1 GPU is" if miss.best_gpus == 1 else f"{miss.best_gpus} GPUs are"
         text, code, at = f"needs {need}; {free} free in the cluster", Why.CAPACITY, None
-        reserved = _held_free(state, req, reservations)
+        reserved = _held_free(state, req, reservations) if reservations else 0
         if reserved and miss.best_gpus + reserved >= req.gpus:
             job, start, _ = reservations[0]
             are = "is" if reserved == 1 else "are"
@@ -169,6 +169,8 @@ def _best_domain(state: ClusterState, req: Request, span: int) -> tuple[int, str
 def _unavailable(state: ClusterState, req: Request) -> str:
     """The nodes of the gang's classes that take no new work (cordoned, draining, down) and the
     healthy idle GPUs they hold, when there are any."""
+    if not state.unschedulable:
+        return ""
     allowed = set(req.classes)
     nodes = [n for n in sorted(state.unschedulable) if state.node_class[n] in allowed]
     gpus = sum((state.healthy[n] & ~state.alloc[n]).bit_count() for n in nodes)
