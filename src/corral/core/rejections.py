@@ -7,7 +7,7 @@ The capacity counted is every node's, whatever its state, when empty. Pure funct
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from corral.core.model import JobSpec
@@ -133,7 +133,8 @@ def _too_small(state: ClusterState, spec: JobSpec, req: Request, most: int) -> N
             f"drop the requirement (--pack {scope} without --pack-required), or ask for at most "
             f"{plural(most, 'replica')}",
         )
-    anywhere = replace(req, classes=tuple(c.id for c in state.classes), max_span=last)
+    every = tuple(c.id for c in state.classes)  # the same gang on any node
+    anywhere = Request(reps, g, every, last, req.per_node, req.cpus, req.memory)
     full = static_capacity(state, req, last)
     if which and static_capacity(state, anywhere, last) >= reps:
         allowed = set(req.classes)
