@@ -16,6 +16,10 @@ from tests.server.conftest import database_url, server  # noqa: F401  (fixtures)
 from tests.server.harness import Server, wait_for
 
 CLI = [sys.executable, "-c", "from corral.cli.main import main; main()"]
+# these tests' jobs write under pytest's folders, which only root may enter: a test agent run as
+# root keeps running them as root, by the explicit opt-in a node needs for it (DESIGN.md 6.6);
+# tests/agent/test_security.py runs jobs as unprivileged users
+AS_ROOT = ["--default-user", "root", "--allow-root-jobs"] if os.geteuid() == 0 else []
 
 
 class AgentProcess:
@@ -45,6 +49,7 @@ class AgentProcess:
             str(self.data_dir),
             "--checkpoint-root",
             str(self.checkpoints),
+            *AS_ROOT,
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
         with open(self.log, "wb") as log:
