@@ -714,10 +714,13 @@ class Agent:
                 self.after = int(orders[-1]["seq"])
                 self.handle(orders)
 
-    def shutdown(self, kill: bool = True) -> None:
+    def shutdown(self, kill: bool = True) -> int:
+        """Stop; with `kill`, SIGKILL every attempt's workers now and wait for them (a few
+        seconds at most). Returns how many attempts were running here."""
         self.stopping.set()
         with contextlib.suppress(Exception):
             self.logs.stop()
+        runs: list[Attempt] = []
         if kill:
             with self._lock:
                 runs = list(self.attempts.values())
@@ -732,3 +735,4 @@ class Agent:
                 with contextlib.suppress(OSError):  # the agent's own group, once empty
                     if base is not None:
                         base.rmdir()
+        return len(runs)

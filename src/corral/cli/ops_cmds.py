@@ -339,14 +339,18 @@ def token_create(
     role: Annotated[str, typer.Option(help="admin, member or agent")],
     team: Annotated[str, typer.Option(help="member: the team whose queues and jobs it may use")] = "",
     node: Annotated[str, typer.Option(help="agent: bind it to this node now")] = "",
-    run_as: Annotated[str, typer.Option(help="member: the Unix user its jobs run as")] = "",
+    run_as: Annotated[str, typer.Option(help="member: the Unix user its jobs run as (never root)")] = "",
+    allow_root: Annotated[
+        bool,
+        typer.Option(help="accept --run-as root (its jobs run only on nodes with --allow-root-jobs)"),
+    ] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a token; its secret is printed this once."""
     with connect(ctx, server, token) as corral:
-        out = corral.create_token(name, role, team=team, node=node, run_as=run_as)
+        out = corral.create_token(name, role, team=team, node=node, run_as=run_as, allow_root=allow_root)
     if as_json:
         print_json(out)
         return

@@ -316,10 +316,19 @@ class Client:
 
     # ---- tokens and admin verbs ------------------------------------------------------------
     def create_token(
-        self, name: str, role: str, *, team: str = "", node: str = "", run_as: str = ""
+        self,
+        name: str,
+        role: str,
+        *,
+        team: str = "",
+        node: str = "",
+        run_as: str = "",
+        allow_root: bool = False,
     ) -> JsonObject:
         """A new token; the secret (`token`) is in this answer only."""
-        body = {"name": name, "role": role, "team": team, "node": node, "run_as": run_as}
+        body: JsonObject = {"name": name, "role": role, "team": team, "node": node, "run_as": run_as}
+        if allow_root:
+            body["allow_root"] = True
         out: JsonObject = self.request("POST", "/v1/tokens", body=body)
         return out
 

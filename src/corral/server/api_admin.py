@@ -270,7 +270,27 @@ class TokenRequest(BaseModel):
     node: str = Field(
         "", description="agent: bind to this node now (default: the first node that registers with it)"
     )
-    run_as: str = Field("", description="member: the Unix user the member's jobs run as (default: the name)")
+    run_as: str = Field(
+        "",
+        description="member: the Unix user the member's jobs run as (default: each node's default user); "
+        "never root unless `allow_root`",
+    )
+    allow_root: bool = Field(
+        False,
+        description="accept `run_as` root: its jobs then run only on nodes whose agent has --allow-root-jobs",
+    )
+
+
+def is_root_user(name: str) -> bool:
+    """True for root by name or number, and for any name that is uid 0 on this host."""
+    import pwd
+
+    if name.strip() in ("root", "0"):
+        return True
+    try:
+        return pwd.getpwnam(name).pw_uid == 0
+    except (KeyError, ValueError):
+        return False
 
 
 @router.post("/tokens", tags=["admin"], status_code=201)
@@ -282,7 +302,14 @@ async def make_token(request: Request, req: TokenRequest) -> Response:
         raise ApiError(422, f"unknown role {req.role!r}", fix=f"use one of: {', '.join(ROLES)}")
     if req.role == "member" and not req.team:
         raise ApiError(422, "a member token needs a team", fix="give --team")
-    request.state.audit_detail = f"{req.role} {req.name} team={req.team} node={req.node}"
+    if req.run_as and is_root_user(req.run_as) and not req.allow_root:
+        raise ApiError(
+            422,
+            f"run_as {req.run_as!r} is root: jobs never run as root",
+            fix="map the token to an unprivileged user (--run-as alice); if some nodes must run its jobs as "
+            "root, add --allow-root here and start those nodes' agents with --allow-root-jobs",
+        )
+    request.state.audit_detail = f"{req.role} {req.name} team={req.team} node={req.node} run_as={req.run_as}"
     token_id, token = await ctx.write(
         lambda conn: create_token(
             conn, req.name, req.role, team=req.team, node=req.node, run_as=req.run_as, by=who.name

@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -101,6 +102,18 @@ def prepare_store(opts: ServerOptions) -> tuple[Engines, str | None]:
     return engines, token
 
 
+def private_dir(path: Path) -> None:
+    """The data directory: made 0700; one of ours that others may read or write narrowed to 0711
+    (a node agent sharing it lets jobs pass through to their own logs and checkpoints)."""
+    if not path.exists():
+        path.mkdir(parents=True, mode=0o700)
+        os.chmod(path, 0o700)
+        return
+    info = path.lstat()
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o066:
+        os.chmod(path, stat.S_IMODE(info.st_mode) & 0o711)
+
+
 def _write_secret(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -175,7 +188,8 @@ class Supervisor:
 
 def serve(opts: ServerOptions) -> None:
     check_listen(opts)
-    opts.data_dir.mkdir(parents=True, exist_ok=True)
+    os.umask(0o077)  # the database, tokens and metrics are the service user's alone (DESIGN.md 6.6)
+    private_dir(opts.data_dir)
     metrics_dir = opts.data_dir / "metrics"
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True)
