@@ -25,7 +25,15 @@ AS_ROOT = ["--default-user", "root", "--allow-root-jobs"] if os.geteuid() == 0 e
 class AgentProcess:
     """`corral agent` for one node as a child process, with its own data directory."""
 
-    def __init__(self, srv: Server, node: str, directory: Path) -> None:
+    def __init__(
+        self,
+        srv: Server,
+        node: str,
+        directory: Path,
+        extra: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """`extra`: more flags (instead of the root opt-in of AS_ROOT); `env`: more variables."""
         self.server = srv
         self.node = node
         self.data_dir = directory / f"agent-{node}"
@@ -49,12 +57,16 @@ class AgentProcess:
             str(self.data_dir),
             "--checkpoint-root",
             str(self.checkpoints),
-            *AS_ROOT,
+            *(AS_ROOT if extra is None else extra),
         ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                env={**clean, **(env or {})},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     def output(self) -> str:
