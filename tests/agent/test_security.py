@@ -174,12 +174,18 @@ def test_the_jobs_env_never_reaches_root_and_the_agents_env_never_reaches_the_jo
         "BASH_ENV": str(payloads / "bashenv.sh"),
     }
     command = ["/bin/bash", "-c", f"/usr/bin/python3 {payloads / 'job.py'} {payloads}"]
-    job_id = submit(server, command=command, env=job_env, working_dir=str(payloads))
+    member = server.token("mallory", "member", team="research", run_as="nobody")
+    job_id = submit(server, member, command=command, env=job_env, working_dir=str(payloads))
     wait_for(lambda: (payloads / "tries.json").exists(), timeout=30)
-
     record = json.loads((run_dir(agent, job_id) / "attempt.json").read_text())
     (shim,) = [int(r["pid"]) for r in record["ranks"]]
-    seen = {pid: uid_env_maps(pid) for pid in processes_of(shim)}
+    seen = {pid: uid_env_maps(pid) for pid in processes_of(shim)}  # while the job runs
+    (payloads / "go").write_text("")
+    assert ended(server, job_id)["state"] == "finished", agent.output()
+
+    ran = hits(payloads)  # kind -> the uids it ran as
+    assert {"site", "preload", "bash"} <= set(ran), ran  # each payload ran, for the job itself
+    assert all(uid == user.pw_uid for uids in ran.values() for uid in uids), ran  # never as root
     assert shim in seen and len(seen) >= 2, seen  # the shim, and the job (bash execs python)
     for pid, (uid, env, maps) in seen.items():
         if uid == 0:  # only the shim: it sees none of the job's env and loads none of its files
@@ -189,12 +195,6 @@ def test_the_jobs_env_never_reaches_root_and_the_agents_env_never_reaches_the_jo
             assert str(payloads) not in maps
         else:
             assert uid == user.pw_uid, (pid, uid)
-    (payloads / "go").write_text("")
-    assert ended(server, job_id)["state"] == "finished", agent.output()
-
-    ran = hits(payloads)
-    assert {"site", "preload", "bash"} <= set(ran), ran  # each payload ran, for the job itself
-    assert all(uid == user.pw_uid for uids in ran.values() for uid in uids), ran
     env = json.loads((payloads / "env.json").read_text())
     assert SECRET not in json.dumps(env) and "CORRAL_TEST_SECRET" not in env
     assert (env["HOME"], env["USER"], env["LOGNAME"]) == (user.pw_dir, "nobody", "nobody")
@@ -215,7 +215,8 @@ def test_a_link_planted_in_the_checkpoint_folder_is_refused_not_followed(
     target = Path(tempfile.mkdtemp(prefix="corral-root-owned-"))
     try:
         plant = 'ln -s "$0" "$CORRAL_CHECKPOINT_DIR/attempt-2"; exit 3'
-        job_id = submit(server, command=["/bin/sh", "-c", plant, str(target)], max_restarts=1)
+        member = server.token("trudy", "member", team="research", run_as="nobody")
+        job_id = submit(server, member, command=["/bin/sh", "-c", plant, str(target)], max_restarts=1)
         done = ended(server, job_id, timeout=60)
         info = target.stat()
         assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o700), info
@@ -252,7 +253,7 @@ def test_records_and_logs_are_private_to_the_agent_and_the_jobs_user(
 ) -> None:
     server, agent, _ = node
     user = nobody()
-    job_id = submit(server, command=["/bin/sh", "-c", "echo hello"])
+    job_id = submit(server, command=["/bin/sh", "-c", "id -u"])  # no --run-as: the node's default
     assert ended(server, job_id)["state"] == "finished", agent.output()
     mode = stat.S_IMODE(agent.data_dir.stat().st_mode)
     assert mode == 0o711, oct(mode)  # others pass through to their own files, never list
@@ -262,14 +263,14 @@ def test_records_and_logs_are_private_to_the_agent_and_the_jobs_user(
     log = agent.data_dir / "logs" / job_id / "attempt-1" / "rank-0.log"
     info = log.stat()
     assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (user.pw_uid, 0o600)
-    assert log.read_text() == "hello\n"
+    assert log.read_text() == f"{user.pw_uid}\n"  # a root agent's default user is nobody
     for folder in (record.parent, log.parent):
         assert stat.S_IMODE(folder.stat().st_mode) & 0o022 == 0 and folder.stat().st_uid == 0
 
     def as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["runuser", "-u", "nobody", "--", *argv], capture_output=True, text=True)
 
-    assert as_nobody("cat", str(log)).stdout == "hello\n"  # the job's user reads its log
+    assert as_nobody("cat", str(log)).stdout == f"{user.pw_uid}\n"  # the job's user reads its log
     denied = as_nobody("cat", str(record))
     assert denied.returncode != 0 and "Permission denied" in denied.stderr
     assert as_nobody("ls", str(agent.data_dir)).returncode != 0
