@@ -180,12 +180,12 @@ def test_up_as_root_runs_jobs_as_nobody_and_keeps_its_data_private(open_base: Pa
     up = Up(open_base, "--gpus", "0", opt_in=False)
     try:
         up.wait_ready()
-        assert "runs the jobs placed on it as nobody" in up.output()
         job = up.json("submit", "--gpus", "0", "--", "id", "-u")
         done = wait_for(lambda: (j := up.json("show", job["id"]))["state"] in ("finished", "failed") and j)
         assert done["state"] == "finished", (done, up.output())
         log = up.data_dir / "logs" / job["id"] / "attempt-1" / "rank-0.log"
         assert log.read_text() == f"{nobody.pw_uid}\n"  # never root
+        assert "runs the jobs placed on it as nobody" in up.output()
         assert mode_of(log) == (nobody.pw_uid, 0o600)  # the job's user's, and the agent's (root)
         assert mode_of(up.data_dir) == (0, 0o711)  # others pass through to their files, never list
         private = ["corral.db", "corral.db-wal", "corral.db-shm", "admin-token", "agent-token"]
@@ -209,9 +209,10 @@ def test_sigterm_stops_up_and_the_workers_it_runs_at_once(open_base: Path) -> No
         pid = int(wait_for(lambda: log.exists() and log.read_text().strip(), timeout=30))
         assert alive(pid)
         os.kill(up.proc.pid, signal.SIGTERM)  # as a service manager stops it: the main process only
-        assert up.proc.wait(60) == 0, up.output()
+        code = up.proc.wait(60)
         # gone when `corral up` has exited, not 20 s later when the node's fence would have killed it
         wait_for(lambda: not alive(pid), timeout=3)
+        assert code == 0, up.output()
         assert "corral up: stopped (and the workers of 1 running job attempts)" in up.output()
     finally:
         up.stop()
