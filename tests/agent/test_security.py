@@ -275,3 +275,17 @@ def test_records_and_logs_are_private_to_the_agent_and_the_jobs_user(
     assert denied.returncode != 0 and "Permission denied" in denied.stderr
     assert as_nobody("ls", str(agent.data_dir)).returncode != 0
     assert as_nobody("ls", str(agent.data_dir / "run")).returncode != 0
+
+
+def test_a_working_dir_the_jobs_user_cannot_enter_fails_at_once(
+    node: tuple[Server, AgentProcess, Path], tmp_path: Path
+) -> None:
+    """The agent (root) could enter it; the job's user enters it itself, so it is refused first."""
+    server, _, _ = node
+    closed = tmp_path / "closed"  # under pytest's folders, which only root may enter
+    closed.mkdir()
+    closed.chmod(0o777)
+    job_id = submit(server, command=["/bin/sh", "-c", "ls"], working_dir=str(closed))
+    done = ended(server, job_id)
+    assert done["state"] == "failed" and done["attempt"] == 1, done
+    assert "user 'nobody' cannot enter" in done["reason"] and "is closed to it" in done["reason"], done

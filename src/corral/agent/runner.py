@@ -27,7 +27,17 @@ from corral.agent import fence, files, records
 from corral.agent.health import Health
 from corral.agent.launch import Worker, base_env, hostfile_lines, workers
 from corral.agent.logserver import LogServer
-from corral.agent.sandbox import Capabilities, Group, SetupError, check_mounts, preexec, user_of, wrap
+from corral.agent.sandbox import (
+    Capabilities,
+    Group,
+    SetupError,
+    check_mounts,
+    check_reach,
+    closed_data_dir,
+    preexec,
+    user_of,
+    wrap,
+)
 from corral.client import Client, ClientError
 
 log = logging.getLogger("corral.agent")
@@ -48,6 +58,7 @@ class Identity:
     that is the agent's own user)."""
 
     def __init__(self, account: pwd.struct_passwd) -> None:
+        self.account = account
         self.name, self.home, self.shell = account.pw_name, account.pw_dir, account.pw_shell
         switch = account.pw_uid != os.geteuid()
         self.uid = account.pw_uid if switch else None
@@ -181,6 +192,8 @@ class Attempt:
         cwd = str(spec.get("working_dir") or default_cwd)
         if not Path(cwd).is_dir():
             raise SetupError(f"working directory {cwd} does not exist on this node")
+        if who.uid is not None and not mounts:  # entered as the job's user (bwrap's is inside)
+            check_reach(Path(cwd), who.account)
         hostfile = self.run_dir / "hostfile"
         lines = "".join(line + "\n" for line in hostfile_lines(self.order))
         files.write_file(hostfile, lines.encode(), files.READABLE_FILE)
@@ -467,7 +480,7 @@ class Agent:
         self.nvml = nvml  # corral.agent.nvml.Nvml when the GPUs came from NVML: samples at heartbeats
         self.health = Health(data_dir, int(inventory.get("gpus") or 0), fail_gpus or {}, nvml)
         self.caps = Capabilities.detect(self.node, default_user, data_dir, allow_root)
-        for note in self.caps.notes:
+        for note in [*self.caps.notes, *closed_data_dir(self.caps, data_dir)]:
             log.warning("%s", note)
         log.info("%s", self.caps.summary())
         self.check_checkpoint_root()

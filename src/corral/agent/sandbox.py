@@ -25,6 +25,7 @@ import os
 import pwd
 import shutil
 import signal
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -256,6 +257,55 @@ def user_of(caps: Capabilities, run_as: str) -> pwd.struct_passwd:
         me = pwd.getpwuid(os.geteuid()).pw_name
         raise SetupError(f"the agent runs as {me} and cannot start jobs as {name!r}")
     return account
+
+
+def blocked_on_the_way(path: Path, account: pwd.struct_passwd) -> Path | None:
+    """The first folder on the way to `path` (itself included) that `account` cannot pass
+    through (no search permission for it, with its primary group only), or None."""
+    if account.pw_uid == 0:
+        return None
+    folder = Path("/")
+    for part in [None, *path.resolve().parts[1:]]:
+        folder = folder / part if part else folder
+        try:
+            info = folder.stat()
+        except OSError:
+            return folder
+        if info.st_uid == account.pw_uid:
+            bit = stat.S_IXUSR
+        elif info.st_gid == account.pw_gid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not info.st_mode & bit:
+            return folder
+    return None
+
+
+def check_reach(path: Path, account: pwd.struct_passwd) -> None:
+    """SetupError when the job's user could not enter `path` (its working directory)."""
+    blocked = blocked_on_the_way(path, account)
+    if blocked is not None:
+        raise SetupError(
+            f"user {account.pw_name!r} cannot enter {path}: {blocked} is closed to it; give the "
+            "job a working_dir it can enter, or put the agent's data directory (--data-dir, "
+            "CORRAL_DATA_DIR) where it can pass through (e.g. /var/lib/corral)"
+        )
+
+
+def closed_data_dir(caps: Capabilities, data_dir: Path) -> list[str]:
+    """A note for the agent's log when its default user's jobs could not reach their folders."""
+    try:
+        account = pwd.getpwnam(caps.default_user)
+    except KeyError:
+        return [f"default user {caps.default_user!r} does not exist: jobs without --run-as fail"]
+    blocked = blocked_on_the_way(data_dir, account)
+    if blocked is None or not caps.is_root:
+        return []
+    return [
+        f"{blocked} is closed to {account.pw_name}, so its jobs cannot enter their folders under "
+        f"{data_dir}: choose a --data-dir it can pass through (e.g. /var/lib/corral)"
+    ]
 
 
 def check_mounts(caps: Capabilities, mounts: list[dict[str, Any]]) -> None:

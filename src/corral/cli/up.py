@@ -259,6 +259,13 @@ def _announce(
         f"prints a fresh one):\n  {link}",
         f"Node {inventory['node']} joined with {gpus.count}{model} GPUs.",
     ]
+    blocked = _closed_to(user, directory)
+    if blocked is not None:
+        lines.append(
+            f"Warning: {blocked} is closed to {user}, so its jobs cannot enter their folders under "
+            f"{directory}: set CORRAL_DATA_DIR to a folder it can pass through (e.g. /var/lib/corral), "
+            "or choose another user with --run-as."
+        )
     if gpus.count == 0:
         lines.append(
             f"No GPU declared or found ({gpus.why_none}), so this node has 0 GPUs. "
@@ -279,3 +286,17 @@ def _me() -> str:
     import pwd
 
     return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def _closed_to(user: str | None, directory: Path) -> Path | None:
+    """The folder on the way to the data directory that the jobs' user cannot pass, if any."""
+    import pwd
+
+    from corral.agent.sandbox import blocked_on_the_way
+
+    if user is None or os.geteuid() != 0:
+        return None
+    try:
+        return blocked_on_the_way(directory, pwd.getpwnam(user))
+    except KeyError:
+        return None  # the node says so at the first job
