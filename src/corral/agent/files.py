@@ -101,19 +101,21 @@ def open_log(path: Path, uid: int | None, gid: int | None) -> int:
     return fd
 
 
-def read_small(path: Path, limit: int = 1 << 16) -> bytes | None:
-    """The content of a regular file a job may have written, or None: no link followed, no FIFO
-    waited on, nothing over `limit` bytes read."""
+def read_small(root: Path, parts: list[str], limit: int = 1 << 16) -> bytes | None:
+    """The content of `root/parts...`, a regular file a job may have written, or None: each step
+    below `root` opened without following a link, no FIFO waited on, at most `limit` bytes."""
+    fds: list[int] = []
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
+        fds.append(os.open(root, os.O_RDONLY | os.O_DIRECTORY))
+        for part in parts[:-1]:
+            fds.append(os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fds[-1]))
+        fds.append(os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fds[-1]))
+        info = os.fstat(fds[-1])
         if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
             return None
-        return os.read(fd, limit)
+        return os.read(fds[-1], limit)
     except OSError:
         return None
     finally:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)

@@ -392,7 +392,8 @@ class Attempt:
         if mtime <= self._record_seen:
             return
         self._record_seen = mtime
-        data = files.read_small(record)  # the job's file: no link followed, no FIFO waited on
+        # the job's folders and file: no link followed on the way, no FIFO waited on
+        data = files.read_small(self.agent.checkpoint_root, [self.job, f"attempt-{self.number}", RECORD])
         try:
             step = int(json.loads(data or b"")["step"])
         except (ValueError, KeyError, TypeError):
