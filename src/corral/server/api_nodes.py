@@ -701,7 +701,7 @@ def _report(ctx: Context, node: str, rep: Report, conn: Connection) -> dict[str,
         conn.execute(
             update(j)
             .where(j.c.id == rep.job, j.c.attempt == rep.attempt, j.c.state == "starting")
-            .values(state="running", version=j.c.version + 1)
+            .values(state="running", version=j.c.version + 1, launch_losses=0)  # launched: the count restarts
         )
     elif rep.status == "exited":
         body: dict[str, Any] = {
