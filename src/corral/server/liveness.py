@@ -96,17 +96,15 @@ def mark_unheard(conn: Connection, now: float) -> list[str]:
     The heartbeat receive times died with the last process: a node that has not been heard since
     may be past its lease (its fence has killed its work, and it would refuse to launch), so the
     scheduler places nothing there meanwhile. Being declared lost still waits `LOST_AFTER` from the
-    start (`Liveness.check`), so no node is lost sooner for it. Journalled, so a scheduler that
-    runs on in another process sees it."""
+    start (`Liveness.check`), so no node is lost sooner for it. Journalled as one entry without a
+    `node` (a scheduler that runs on in another process reloads its state on it)."""
     n = schema.nodes
     heard = (n.c.registered.is_(True), n.c.responding.is_(True), n.c.state.in_(WATCHED))
     names = list(conn.execute(select(n.c.name).where(*heard)).scalars())
     if names:
         conn.execute(update(n).where(*heard).values(responding=False))
-        entries = [
-            {"t": now, "event": "x.node", "node": x, "responding": False, "unheard": True} for x in names
-        ]
-        append_events(conn, entries, conn.dialect.name == "sqlite")
+        entry = {"t": now, "event": "x.node", "unheard": len(names), "responding": False}
+        append_events(conn, [entry], conn.dialect.name == "sqlite")
     return names
 
 

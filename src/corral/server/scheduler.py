@@ -299,7 +299,8 @@ class Scheduler:
                     state.record_checkpoint(job_id, float(body["at"]))
             elif kind == "x.node":
                 body = json.loads(r.body)
-                reload = reload or self._node_changed(body)
+                # without a node: many nodes changed at once (a server start marks every one unheard)
+                reload = reload or "node" not in body or self._node_changed(body)
                 if body.get("ends_attempts"):  # kept across a reload, like the other endings
                     self._lose_attempts_on(str(body["node"]), str(body.get("reason", "")), endings)
             elif kind == "cluster":
