@@ -180,15 +180,17 @@ class Liveness:
         return self._watched
 
     def check(self) -> list[str]:
-        """Mark silent nodes lost; returns their names."""
+        """Mark silent nodes not responding, then lost; returns the names of the lost ones."""
         ctx = self.ctx
         now = time.monotonic()
         quiet_until = maintenance_until(ctx)
         after = ctx.lost_after
-        if not after or (quiet_until and time.time() < quiet_until + after):
+        if quiet_until and time.time() < quiet_until + after:
             return []
         silence = {name: now - ctx.heartbeats.get(name, ctx.started) for name in self.watched(now)}
-        quiet = [x for x, s in silence.items() if s > after * NOT_RESPONDING and x not in ctx.silent]
+        # never lost (`--lost-after 0`): still no new work once the lease (LEASE) may have passed
+        threshold = after * NOT_RESPONDING if after else LEASE * 3 / 4
+        quiet = [x for x, s in silence.items() if s > threshold and x not in ctx.silent]
         if quiet:  # no new work: an agent this silent may be past its lease and could not launch it
             marked = ctx.writer.submit(lambda conn: set_responding(ctx, conn, quiet, False)).result()
             ctx.silent.update(quiet)
@@ -196,6 +198,8 @@ class Liveness:
                 log.warning("node %s not responding: no heartbeat for %.0f s", name, silence[name])
             if marked:
                 ctx.invalidate_model()
+        if not after:
+            return []
         silent = [name for name, quiet in silence.items() if quiet > after]
         if not silent:
             return []
