@@ -532,7 +532,7 @@ class Agent:
         failures = 0
         delay = self.interval
         while not self.stopping.wait(delay):
-            if self._heartbeat():
+            if self._heartbeat(say=failures % 10 == 0):  # a refusal said once per 10 tries in a row
                 if failures:
                     log.info("heartbeat: answered again after %d failed tries", failures)
                 failures, delay = 0, self.interval
@@ -540,7 +540,7 @@ class Agent:
                 delay = retry_delay(failures, self.interval, self._jitter.random())
                 failures += 1
 
-    def _heartbeat(self) -> bool:
+    def _heartbeat(self, say: bool = True) -> bool:
         """One heartbeat (or, when the server asks for it, a registration); True when accepted."""
         try:
             samples = None
@@ -565,7 +565,7 @@ class Agent:
                     return True
                 except ClientError as again:
                     err = again
-            if not err.is_unreachable:
+            if say and not err.is_unreachable:
                 log.warning("heartbeat: %s", err.message)
             return False
 
