@@ -39,7 +39,7 @@ class AgentProcess:
         self.data_dir = directory / f"agent-{node}"
         self.checkpoints = directory / "checkpoints"
         self.log = directory / f"agent-{node}.log"
-        token = srv.token(f"agent-{node}", "agent")
+        token = srv.agent_token(node)
         command = [
             *CLI,
             "agent",

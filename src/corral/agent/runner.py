@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import pwd
+import random
 import signal
 import subprocess
 import sys
@@ -46,6 +47,9 @@ KILL_AFTER = 5.0  # SIGTERM, then SIGKILL after this long, for the survivors of 
 POLL_WAIT = 30.0
 TICK = 0.05
 LEASE = 20.0  # seconds a heartbeat's lease lasts unless the server says otherwise
+HEARTBEAT_RETRY = 0.2  # after a failed heartbeat, the next one this soon, doubling ...
+HEARTBEAT_RETRY_MAX = 2.0  # ... to at most this (with jitter): many tries inside one lease
+HEARTBEAT_TIMEOUT = 5.0  # a heartbeat unanswered this long has failed (then retried)
 CHECKPOINT_POLL = 1.0  # how often the agent looks for a newly recorded checkpoint
 TAIL_LINES = 20
 RECORD = "corral-checkpoint.json"  # written by corral.job.record_checkpoint
@@ -63,6 +67,14 @@ class Identity:
         switch = account.pw_uid != os.geteuid()
         self.uid = account.pw_uid if switch else None
         self.gid = account.pw_gid if switch else None
+
+
+def retry_delay(failures: int, interval: float, draw: float) -> float:
+    """Seconds before the next heartbeat after `failures` + 1 failed ones in a row: 0.2 s doubling
+    to 2 s (at most the interval), times a jitter from `draw` in [0, 1) of 0.5 to 1.5, so that a
+    restarted control plane is not met by every agent at once."""
+    base = min(HEARTBEAT_RETRY * 2.0 ** min(failures, 16), HEARTBEAT_RETRY_MAX, interval)
+    return float(base * (0.5 + draw))
 
 
 def exit_code_of(returncode: int) -> int:
@@ -490,6 +502,8 @@ class Agent:
         self.inventory = {**inventory, "logs_url": self.logs.url}
         self.api = Client(server, token)
         self.poller = Client(server, token)
+        self.beats = Client(server, token, timeout=HEARTBEAT_TIMEOUT)
+        self._jitter = random.Random()
         self.incarnation = 0
         self.interval = 5.0
         self.after = 0
@@ -570,28 +584,48 @@ class Agent:
         return found
 
     def _heartbeats(self) -> None:
-        while not self.stopping.wait(self.interval):
-            try:
-                samples = None
-                if self.nvml is not None:
-                    try:
-                        samples = self.nvml.sample()
-                    except Exception as exc:  # a failing NVML must not stop the lease
-                        log.warning("NVML sample: %s", exc)
-                sent = time.monotonic()
-                unclean = self._still_unclean()
-                out = self.api.heartbeat(
-                    self.node, self.incarnation, samples, self.health.unhealthy(), unclean=unclean
-                )
-                records.write_lease(self.data_dir, sent + float(out.get("lease_s", LEASE)))
-                if self.attempts:
-                    fence.ensure(self.data_dir)
-            except ClientError as err:
-                if err.status in (404, 409):
-                    with contextlib.suppress(ClientError):
-                        self.register()
-                elif not err.is_unreachable:
-                    log.warning("heartbeat: %s", err.message)
+        """One heartbeat per interval; after a failure, retries quickly with jittered exponential
+        backoff (`retry_delay`), well inside the lease, so that a control plane that restarts (or
+        drops a request) between two beats does not let the lease lapse and the fence kill work."""
+        failures = 0
+        delay = self.interval
+        while not self.stopping.wait(delay):
+            if self._heartbeat(say=failures % 10 == 0):  # a refusal said once per 10 tries in a row
+                if failures:
+                    log.info("heartbeat: answered again after %d failed tries", failures)
+                failures, delay = 0, self.interval
+            else:
+                delay = retry_delay(failures, self.interval, self._jitter.random())
+                failures += 1
+
+    def _heartbeat(self, say: bool = True) -> bool:
+        """One heartbeat (or, when the server asks for it, a registration); True when accepted."""
+        try:
+            samples = None
+            if self.nvml is not None:
+                try:
+                    samples = self.nvml.sample()
+                except Exception as exc:  # a failing NVML must not stop the lease
+                    log.warning("NVML sample: %s", exc)
+            sent = time.monotonic()
+            unclean = self._still_unclean()
+            out = self.beats.heartbeat(
+                self.node, self.incarnation, samples, self.health.unhealthy(), unclean=unclean
+            )
+            records.write_lease(self.data_dir, sent + float(out.get("lease_s", LEASE)))
+            if self.attempts:
+                fence.ensure(self.data_dir)
+            return True
+        except ClientError as err:
+            if err.status in (404, 409):
+                try:
+                    self.register()  # writes the lease too
+                    return True
+                except ClientError as again:
+                    err = again
+            if say and not err.is_unreachable:
+                log.warning("heartbeat: %s", err.message)
+            return False
 
     def _still_unclean(self) -> list[str]:
         """Attempts whose processes survived their kill (a task stuck in the kernel): killed again

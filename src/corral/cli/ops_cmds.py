@@ -1,4 +1,4 @@
-"""The operators' commands: `nodes` (cordon, drain, undrain), `queues` (set, history, rollback),
+"""The operators' commands: `nodes` (cordon, drain, undrain, forget), `queues` (set, history, rollback),
 `audit` and `token create|list|revoke` (DESIGN.md 4.9); `admin` is in `admin_cmds`."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ NodeArg = Annotated[str, typer.Argument(metavar="NODE", help="the node's name")]
 Reason = Annotated[str, typer.Option(help="why (shown in `corral nodes`)")]
 
 # ---- nodes -------------------------------------------------------------------------------------
-nodes_app = typer.Typer(help="Nodes: list them, or (admins) cordon, drain and undrain one.")
+nodes_app = typer.Typer(help="Nodes: list them, or (admins) cordon, drain, undrain or forget one.")
 app.add_typer(nodes_app, name="nodes", rich_help_panel=PANEL, invoke_without_command=True)
 
 
@@ -178,6 +178,28 @@ def undrain(
 ) -> None:
     """Take new work on a cordoned or draining node again."""
     _node_change(ctx, "undrain", node, server, token, as_json)
+
+
+@nodes_app.command()
+def forget(
+    ctx: typer.Context,
+    node: NodeArg,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Revoke the agent tokens bound to the node, so that a new agent may register it (a replaced
+    host, a lost token); its running jobs stay until the new agent registers or the node is lost."""
+    with connect(ctx, server, token) as corral:
+        out = corral.forget(node)
+    if as_json:
+        print_json(out)
+        return
+    revoked = ", ".join(out["revoked"]) or "none"
+    typer.echo(
+        f"{out['name']}: forgotten (agent tokens revoked: {revoked}); "
+        "a new agent may register it with a join token"
+    )
 
 
 # ---- queues ------------------------------------------------------------------------------------

@@ -262,6 +262,10 @@ class Client:
     def undrain(self, name: str) -> JsonObject:
         return self._node_action(name, "undrain", {})
 
+    def forget(self, name: str) -> JsonObject:
+        """Revoke the agent tokens bound to the node (admins): a new join token may then register it."""
+        return self._node_action(name, "forget", {})
+
     # ---- queues and configuration revisions ------------------------------------------------
     def queues(self) -> list[JsonObject]:
         out: list[JsonObject] = self.request("GET", "/v1/queues")["queues"]

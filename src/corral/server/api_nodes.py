@@ -219,11 +219,17 @@ class NodeChange(BaseModel):
 
 @router.post("/nodes/{name}/{action}", tags=["nodes"])
 async def change_node(request: Request, name: str, action: str, body: NodeChange | None = None) -> Response:
-    """`cordon` (no new work), `drain` (jobs checkpointed and requeued by the deadline), `undrain`."""
-    if action not in ("cordon", "drain", "undrain"):
-        raise ApiError(404, f"no action {action!r} on nodes", fix="use cordon, drain or undrain")
+    """`cordon` (no new work), `drain` (jobs checkpointed and requeued by the deadline), `undrain`,
+    `forget` (revoke the agent tokens bound to the node, so that a new join token may register it)."""
+    if action not in ("cordon", "drain", "undrain", "forget"):
+        raise ApiError(404, f"no action {action!r} on nodes", fix="use cordon, drain, undrain or forget")
     ctx, who = ctx_of(request), who_of(request)
     require_admin(who, f"{action} a node")
+    if action == "forget":
+        forgotten = await ctx.write(lambda conn: forget_node(ctx, conn, name))
+        for token_id in forgotten["revoked"]:
+            ctx.tokens.forget(token_id)
+        return json_response(forgotten)
     body = body or NodeChange(deadline=None)
     out = await ctx.write(lambda conn: _set_state(ctx, who, name, action, body.deadline, body.reason, conn))
     ctx.invalidate_model()
@@ -266,9 +272,48 @@ def _agent(who: Principal, node: str, *, registering: bool = False) -> None:
         raise ApiError(403, "this join token is not bound to a node yet", fix="register the node first")
 
 
+def _check_unclaimed(conn: Connection, node: str, token_id: str) -> None:
+    """A join token not bound to a node may register only a node that no live agent token holds:
+    taking a node over (its orders, job env included, and its reports) needs an admin to forget
+    the node first (`forget_node`), which revokes the tokens bound to it."""
+    t = schema.tokens
+    holder = conn.execute(
+        select(t.c.id)
+        .where(t.c.node == node, t.c.role == "agent", t.c.revoked_at.is_(None), t.c.id != token_id)
+        .limit(1)
+    ).first()
+    if holder is not None:
+        raise ApiError(
+            403,
+            f"node {node} is already bound to another agent token; a join token cannot take it over",
+            fix=f"run the agent with that node's own token, or have an admin run `corral nodes forget {node}`"
+            " (revokes the node's tokens) and register again",
+        )
+
+
+def forget_node(ctx: Context, conn: Connection, name: str) -> dict[str, Any]:
+    """Revoke every live agent token bound to the node, so that a new join token may register it
+    (a replaced host, a lost token). The node keeps its state and its attempts until a new agent
+    registers (those it does not run end as `lost`) or it is declared lost after its silence."""
+    n, t = schema.nodes, schema.tokens
+    row = conn.execute(select(n.c.name, n.c.state).where(n.c.name == name)).first()
+    if row is None:
+        raise ApiError(404, f"no node {name}", fix="list them with `corral nodes`")
+    ids = list(
+        conn.execute(
+            select(t.c.id).where(t.c.node == name, t.c.role == "agent", t.c.revoked_at.is_(None))
+        ).scalars()
+    )
+    if ids:
+        conn.execute(update(t).where(t.c.id.in_(ids)).values(revoked_at=time.time()))
+    conn.execute(update(n).where(n.c.name == name).values(agent_token=""))
+    return {"name": name, "state": row.state, "reason": "", "revoked": ids}
+
+
 def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection) -> dict[str, Any]:
     n, t = schema.nodes, schema.tokens
     if who.role == "agent" and not who.node:  # a join token is bound to the first node that uses it
+        _check_unclaimed(conn, reg.node, who.token_id)
         bound = conn.execute(
             update(t).where(t.c.id == who.token_id, t.c.node == "").values(node=reg.node)
         ).rowcount
@@ -656,7 +701,7 @@ def _report(ctx: Context, node: str, rep: Report, conn: Connection) -> dict[str,
         conn.execute(
             update(j)
             .where(j.c.id == rep.job, j.c.attempt == rep.attempt, j.c.state == "starting")
-            .values(state="running", version=j.c.version + 1)
+            .values(state="running", version=j.c.version + 1, launch_losses=0)  # launched: the count restarts
         )
     elif rep.status == "exited":
         body: dict[str, Any] = {

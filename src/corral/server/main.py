@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,7 @@ def prepare_store(opts: ServerOptions) -> tuple[Engines, str | None]:
     from corral.config.yaml_source import load_yaml
     from corral.server.auth import create_token
     from corral.server.cluster import apply_revision, get_setting, put_setting
+    from corral.server.liveness import mark_unheard
 
     engines = make_engines(opts.database_url, opts.durability)
     upgrade(engines)
@@ -99,6 +101,8 @@ def prepare_store(opts: ServerOptions) -> tuple[Engines, str | None]:
             # written before the commit: a crash in between leaves a file whose token the database
             # never had, and the next start (still no admin) makes a new one; never the other way
             _write_secret(opts.data_dir / "admin-token", token)
+        # before the scheduler starts: no node takes new work until it heartbeats to this process
+        mark_unheard(conn, time.time())
     return engines, token
 
 

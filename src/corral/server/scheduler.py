@@ -289,6 +289,7 @@ class Scheduler:
                     row.restarts,
                     row.max_restarts,
                     self.clock(),
+                    row.launch_losses if row.state == "starting" else None,  # never reported running
                 )
                 endings.append((body["job"], body["attempt"], ending))
                 self._end_in_memory(body["job"], body["attempt"], ending)
@@ -298,7 +299,8 @@ class Scheduler:
                     state.record_checkpoint(job_id, float(body["at"]))
             elif kind == "x.node":
                 body = json.loads(r.body)
-                reload = reload or self._node_changed(body)
+                # without a node: many nodes changed at once (a server start marks every one unheard)
+                reload = reload or "node" not in body or self._node_changed(body)
                 if body.get("ends_attempts"):  # kept across a reload, like the other endings
                     self._lose_attempts_on(str(body["node"]), str(body.get("reason", "")), endings)
             elif kind == "cluster":
@@ -377,7 +379,16 @@ class Scheduler:
         a, j = schema.attempts, schema.jobs
         with self.engines.reader.connect() as conn:
             rows = conn.execute(
-                select(a.c.job_id, a.c.attempt, a.c.stop_kind, a.c.stop_by, j.c.restarts, j.c.request)
+                select(
+                    a.c.job_id,
+                    a.c.attempt,
+                    a.c.state,
+                    a.c.stop_kind,
+                    a.c.stop_by,
+                    j.c.restarts,
+                    j.c.launch_losses,
+                    j.c.request,
+                )
                 .join(j, j.c.id == a.c.job_id)
                 .where(a.c.job_id.in_({k[0] for k in keys}), a.c.state != "ended")
             ).all()
