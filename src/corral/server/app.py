@@ -111,7 +111,7 @@ def _too_large(limit: int) -> JSONResponse:
 
 
 def create_app(ctx: Context) -> FastAPI:
-    from corral.server import api_admin, api_dashboard, api_jobs, api_logs, api_nodes, dashboard
+    from corral.server import api_admin, api_config, api_dashboard, api_jobs, api_logs, api_nodes, dashboard
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
@@ -165,7 +165,7 @@ def create_app(ctx: Context) -> FastAPI:
     async def openapi_route() -> Response:
         return json_response(app.openapi())
 
-    for module in (api_jobs, api_logs, api_nodes, api_admin, api_dashboard):
+    for module in (api_jobs, api_logs, api_nodes, api_admin, api_config, api_dashboard):
         app.include_router(module.router, prefix="/v1")
     dashboard.install(app)
     app.add_middleware(Gate, ctx=ctx)
