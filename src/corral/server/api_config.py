@@ -22,7 +22,7 @@ from corral.server.caller import ctx_of, require_admin, who_of
 from corral.server.cluster import ClusterModel, apply_revision
 from corral.server.config_check import LiveConflict
 from corral.server.context import Context
-from corral.server.errors import ApiError
+from corral.server.errors import MAX_INT, ApiError
 from corral.server.jobs import queues_of
 from corral.store import schema
 
@@ -31,11 +31,11 @@ LIVE_CONFLICT = "config_conflicts_with_live_jobs"
 
 
 class QueueChange(BaseModel):
-    weight: float | None = Field(None, gt=0)
-    quota: int | None = Field(None, ge=0)
-    limit: int | None = Field(None, ge=0)
+    weight: float | None = Field(None, gt=0, le=1e6)
+    quota: int | None = Field(None, ge=0, le=MAX_INT)
+    limit: int | None = Field(None, ge=0, le=MAX_INT)
     cohort: str | None = None
-    lending_limit: int | None = Field(None, ge=0)
+    lending_limit: int | None = Field(None, ge=0, le=MAX_INT)
     teams: list[str] | None = None
     priorities: list[str] | None = None
     default_time_limit: str | None = None
@@ -166,7 +166,7 @@ async def revisions(request: Request) -> Response:
 
 
 class Rollback(BaseModel):
-    revision: int
+    revision: int = Field(ge=0, le=MAX_INT, description="a revision of `GET /v1/config/revisions`")
 
 
 def _rollback(ctx: Context, who: Principal, revision: int, conn: Connection) -> dict[str, Any]:

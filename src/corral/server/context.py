@@ -21,6 +21,7 @@ from corral.server.cluster import ClusterModel, get_setting
 from corral.server.doorbell import Bell, Doorbell
 from corral.server.in_force import load_view
 from corral.server.jobs import insert_jobs
+from corral.server.throttle import FailedAuthThrottle
 from corral.store import schema
 from corral.store.engine import Engines, append_events
 from corral.store.writer import Many, Writer
@@ -193,6 +194,7 @@ class Context:
         self._model_lock = threading.Lock()
         self._model: tuple[ClusterModel, ClusterState] | None = None
         self._config_mark: tuple[str | None, ...] = ()
+        self.auth_failures = FailedAuthThrottle()  # per client address (server/throttle.py)
         self.nodes_version = 0  # bumped by every invalidate_model(): a node changed here
         self.doorbell = Doorbell("api")
         self._stop = threading.Event()

@@ -6,6 +6,10 @@ from typing import Any
 
 from corral.core.errors import ConfigError
 
+# the largest integer the API takes for an id, a count, a seq or an offset: what a 32-bit INTEGER
+# column of PostgreSQL holds (a larger one would fail in the database instead of at the door)
+MAX_INT = 2**31 - 1
+
 
 class ApiError(Exception):
     """Answered as `{"error": ..., "fix": ..., "code": ...}` with `status`."""
