@@ -49,6 +49,14 @@ def server(
             min=0, help="seconds of agent silence before a node is lost and its jobs requeued (0: never)"
         ),
     ] = 30.0,
+    auth_failures: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="failed authentications one client address may make at once; then one a second, "
+            "others answered 429 (valid tokens are never refused; 0: no limit)",
+        ),
+    ] = 20,
 ) -> None:
     """Run the control plane: the HTTP API (FastAPI on uvicorn) and the scheduler process."""
     from corral.server.main import ServerOptions, serve
@@ -70,6 +78,7 @@ def server(
             durability=durability,
             reports_dir=reports_dir,
             lost_after=lost_after,
+            auth_failures=auth_failures,
         )
     )
 

@@ -28,6 +28,8 @@ class FailedAuthThrottle:
     def fail(self, address: str, now: float) -> float:
         """Count a failure from `address`; returns 0 when it may be answered as usual, else the
         seconds until the address may fail again (answer 429 with Retry-After)."""
+        if self.burst <= 0:  # no limit
+            return 0.0
         with self._lock:
             tokens, at = self._buckets.get(address, (float(self.burst), now))
             tokens = min(float(self.burst), tokens + (now - at) * self.rate)
