@@ -234,6 +234,9 @@ async def change_node(request: Request, name: str, action: str, body: NodeChange
 
 # ---- agents --------------------------------------------------------------------------------
 MAX_NODE_GPUS = 1024  # GPUs one node may declare (a bound, so that a huge number is a 422)
+# `unhealthy` maps a GPU index, written as a string (a JSON key), to why it is unhealthy
+GpuIndexKey = Annotated[str, Field(pattern=r"^(0|[1-9][0-9]{0,3})$")]
+Why = Annotated[str, Field(max_length=500)]
 
 
 class Registration(BaseModel):
@@ -251,7 +254,9 @@ class Registration(BaseModel):
     running: list[LocalAttempt] = Field(
         default_factory=list, description="attempts whose workers run on the node now (a restarted agent's)"
     )
-    unhealthy: dict[str, str] = Field(default_factory=dict, description="GPU index -> why it is unhealthy")
+    unhealthy: dict[GpuIndexKey, Why] = Field(
+        default_factory=dict, description="GPU index -> why it is unhealthy"
+    )
 
 
 class LocalAttempt(BaseModel):
@@ -470,7 +475,7 @@ class GpuSample(BaseModel):
 class Heartbeat(BaseModel):
     incarnation: int = Field(ge=-MAX_INT, le=MAX_INT)
     gpus: list[GpuSample] | None = Field(None, max_length=64, description="NVML samples, where present")
-    unhealthy: dict[str, str] | None = Field(None, description="GPU index -> why it is unhealthy")
+    unhealthy: dict[GpuIndexKey, Why] | None = Field(None, description="GPU index -> why it is unhealthy")
     unclean: list[str] | None = Field(None, description="attempts whose processes survived a kill")
 
 
