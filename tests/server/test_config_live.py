@@ -61,7 +61,7 @@ def still_decides(srv: Server, c: httpx.Client, agent: Agent) -> None:
     assert CRASH not in srv.log.read_text()
 
 
-def test_api_refuses_a_revision_without_a_queue_in_use(lab: Server) -> None:
+def test_api_refuses_a_revision_without_a_queue_in_use(lab: Server, tmp_path: Path) -> None:
     with lab.client() as c:
         agent = Agent(lab, "dgx01")
         running, pending = busy_research(c, agent)
@@ -89,6 +89,15 @@ def test_api_refuses_a_revision_without_a_queue_in_use(lab: Server) -> None:
         assert r.status_code == 409 and low_job in r.json()["error"] and "low" in r.json()["error"], r.text
         assert c.post(f"/v1/jobs/{low_job}/cancel").status_code == 200  # pending: it would take dgx02
         still_decides(lab, c, Agent(lab, "dgx02"))
+    # a cluster file given at start is checked the same way: the server says why and exits
+    lab.stop()
+    (tmp_path / "new").mkdir()
+    dropped = Server(
+        lab.database_url, lab.data_dir, write_cluster(tmp_path / "new", without_queue("research"))
+    )
+    with pytest.raises(RuntimeError, match=f"queue research is not in it.*{running}"):
+        dropped.start()
+    assert "Traceback" not in dropped.log.read_text()
 
 
 def insert_revision(url: str, body: dict[str, Any]) -> int:
