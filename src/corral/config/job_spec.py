@@ -25,6 +25,9 @@ from corral.config.durations import format_duration, parse_duration
 from corral.config.gpu_models import normalise_gpu_model
 from corral.config.invalid import InvalidValue
 from corral.config.spec_bounds import (
+    MAX_CPUS,
+    MAX_MEMORY_GIB,
+    MAX_NAME,
     MAX_RESTARTS,
     bounded_time_limit,
     launchable_argv,
@@ -189,7 +192,7 @@ class MountRequest(_Entry):
 class JobRequest(_Entry):
     """A job spec as the user wrote it; `to_job_spec` resolves it against a cluster."""
 
-    name: str = ""
+    name: str = Field("", max_length=MAX_NAME)
     queue: str | None = None
     priority: PriorityRef = None
     replicas: int = Field(1, ge=1)
@@ -205,8 +208,8 @@ class JobRequest(_Entry):
     env: Env = Field(default_factory=dict)
     mounts: list[MountRequest] = Field(default_factory=list)
     working_dir: AbsolutePath | None = None  # default: the attempt's own run folder on the node
-    cpus_per_replica: int = Field(0, ge=0)
-    memory_gib_per_replica: float = Field(0.0, ge=0)
+    cpus_per_replica: int = Field(0, ge=0, le=MAX_CPUS)
+    memory_gib_per_replica: float = Field(0.0, ge=0, le=MAX_MEMORY_GIB)
 
     # a plain default: pydantic inspects a default_factory's signature on every parse (~30 µs)
     _locator: Locator | None = PrivateAttr(default=None)

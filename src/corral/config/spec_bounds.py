@@ -12,7 +12,10 @@ from corral.config.invalid import InvalidValue
 __all__ = [
     "MAX_ARG_BYTES",
     "MAX_COMMAND_BYTES",
+    "MAX_CPUS",
     "MAX_ENV_BYTES",
+    "MAX_MEMORY_GIB",
+    "MAX_NAME",
     "MAX_RESTARTS",
     "MAX_TIME_LIMIT",
     "SYSTEM_DIRS",
@@ -30,6 +33,9 @@ MAX_ARG_BYTES = 128 * 1024 - 1  # one argument, or one NAME=value of env, in UTF
 MAX_COMMAND_BYTES = 256 * 1024  # the whole argv
 MAX_ENV_BYTES = 256 * 1024  # the whole env (NAME=value strings)
 MAX_RESTARTS = 100
+MAX_NAME = 256  # characters of a job's name
+MAX_CPUS = 1 << 20  # CPU cores of one replica
+MAX_MEMORY_GIB = float(1 << 30)  # host memory of one replica
 MAX_TIME_LIMIT = 365 * 86400.0
 # a mount may not cover the root nor these (nor anything under them): the job's own system
 SYSTEM_DIRS = (
