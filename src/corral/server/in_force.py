@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
+from sqlalchemy.exc import NoResultFound
 
 from corral.core.errors import ConfigError
 from corral.core.jobs import PendingJob
@@ -32,7 +33,8 @@ from corral.store.engine import append_events, dumps
 
 log = logging.getLogger("corral.scheduler")
 MAX_WALK = 50  # older revisions tried, newest first, when neither the active nor the last good applies
-BROKEN = (ConfigError, KeyError, ValueError, TypeError, IndexError)  # what a bad stored document raises
+# what a bad stored document raises (NoResultFound: `config.active` names a revision that is gone)
+BROKEN = (ConfigError, KeyError, ValueError, TypeError, IndexError, NoResultFound)
 
 
 class NoRevisionApplies(Exception):
@@ -53,7 +55,8 @@ class InForce:
 
 def candidates(conn: Connection, last_good: int) -> list[int]:
     """Revisions to try, in order: the active one, the last one applied, then older ones."""
-    active = int(get_setting(conn, "config.active") or 0)
+    text = get_setting(conn, "config.active") or "0"
+    active = int(text) if text.isdigit() else 0
     c = schema.config_revisions
     older = conn.execute(
         select(c.c.id).where(c.c.id < active).order_by(c.c.id.desc()).limit(MAX_WALK)
