@@ -17,7 +17,7 @@ from corral.server.auth import ROLES, Principal, create_token, revoke_token
 from corral.server.caller import ctx_of, require_admin, who_of
 from corral.server.cluster import put_setting
 from corral.server.context import Context
-from corral.server.errors import MAX_INT, ApiError
+from corral.server.errors import MAX_CURSOR, ApiError
 from corral.server.jobs import queues_of
 from corral.store import schema
 
@@ -92,7 +92,7 @@ def _events(ctx: Context, who: Principal, after: int, limit: int) -> list[str]:
 @router.get("/events", tags=["events"])
 async def events(
     request: Request,
-    after: int = Query(0, ge=0, le=MAX_INT, description="only events with a larger seq"),
+    after: int = Query(0, ge=0, le=MAX_CURSOR, description="only events with a larger seq"),
     limit: int = Query(1000, ge=1, le=10_000),
     wait: float = Query(0.0, ge=0, le=60, description="long poll: wait up to this many seconds for one"),
 ) -> Response:
@@ -124,7 +124,7 @@ def _audit(ctx: Context, limit: int, after: int) -> list[dict[str, Any]]:
 
 @router.get("/audit", tags=["admin"])
 async def audit(
-    request: Request, limit: int = Query(200, ge=1, le=10_000), after: int = Query(0, ge=0, le=MAX_INT)
+    request: Request, limit: int = Query(200, ge=1, le=10_000), after: int = Query(0, ge=0, le=MAX_CURSOR)
 ) -> Response:
     """The newest audit records (who, what, result), oldest first."""
     require_admin(who_of(request), "read the audit log")

@@ -22,7 +22,7 @@ from corral.server.auth import Principal
 from corral.server.caller import ctx_of, require_admin, who_of
 from corral.server.cluster import cluster_event, node_spec_of, node_values
 from corral.server.context import Context
-from corral.server.errors import MAX_INT, ApiError
+from corral.server.errors import MAX_CURSOR, MAX_INT, ApiError
 from corral.server.liveness import lease_for
 from corral.store import schema
 from corral.store.engine import dumps
@@ -589,7 +589,7 @@ def _assignments(ctx: Context, node: str, after: int) -> list[dict[str, Any]]:
 
 
 class Poll(BaseModel):
-    after: int = Field(0, ge=0, le=MAX_INT)
+    after: int = Field(0, ge=0, le=MAX_CURSOR)
     wait: float = Field(0.0, ge=0, le=60)
 
 
@@ -614,7 +614,7 @@ router.add_route("/agents/{node}/assignments", _plain_assignments, methods=["GET
 async def assignments(
     request: Request,
     node: str,
-    after: int = Query(0, ge=0, le=MAX_INT),
+    after: int = Query(0, ge=0, le=MAX_CURSOR),
     wait: float = Query(0.0, ge=0, le=60),
 ) -> Response:
     """Start and stop orders for the node after `after`; waits up to `wait` s for one (long poll).
