@@ -37,7 +37,8 @@ BODIES: dict[str, Any] = {
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One server for the module: these tests only read, or check that nothing changed."""
     tmp = tmp_path_factory.mktemp("auth")
-    with running_server(request.param, tmp, write_cluster(tmp)) as srv:
+    # hundreds of refused tokens on purpose: not throttled here (test_exposure.py tests the throttle)
+    with running_server(request.param, tmp, write_cluster(tmp), ["--auth-failures", "0"]) as srv:
         yield srv
 
 

@@ -10,12 +10,31 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, PrivateAttr, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    PrivateAttr,
+    ValidationError,
+)
 
 from corral.config.cluster_file import ClusterConfig
 from corral.config.durations import format_duration, parse_duration
 from corral.config.gpu_models import normalise_gpu_model
 from corral.config.invalid import InvalidValue
+from corral.config.spec_bounds import (
+    MAX_CPUS,
+    MAX_MEMORY_GIB,
+    MAX_NAME,
+    MAX_RESTARTS,
+    bounded_time_limit,
+    launchable_argv,
+    launchable_env,
+    mount_target,
+    no_nul_path,
+)
 from corral.config.yaml_source import FieldPath, Locator, load_yaml
 from corral.core.errors import ConfigError
 from corral.core.model import (
@@ -133,14 +152,15 @@ def _absolute_path(value: object) -> str:
     return value
 
 
-TimeLimit = Annotated[float | None, PlainValidator(_time_limit)]
+TimeLimit = Annotated[float | None, PlainValidator(_time_limit), AfterValidator(bounded_time_limit)]
 Grace = Annotated[float, PlainValidator(_grace)]
 SignalName = Annotated[str, PlainValidator(_signal)]
 PriorityRef = Annotated[str | int | None, PlainValidator(_priority)]
 GpuModels = Annotated[tuple[str, ...], PlainValidator(_gpu_models)]
-Command = Annotated[tuple[str, ...], PlainValidator(_command)]
-Env = Annotated[dict[str, str], PlainValidator(_env)]
-AbsolutePath = Annotated[str, PlainValidator(_absolute_path)]
+Command = Annotated[tuple[str, ...], PlainValidator(_command), AfterValidator(launchable_argv)]
+Env = Annotated[dict[str, str], PlainValidator(_env), AfterValidator(launchable_env)]
+AbsolutePath = Annotated[str, PlainValidator(_absolute_path), AfterValidator(no_nul_path)]
+MountTarget = Annotated[str, PlainValidator(_absolute_path), AfterValidator(mount_target)]
 
 
 class _Entry(BaseModel):
@@ -165,14 +185,14 @@ class MountRequest(_Entry):
     """One `mounts:` entry."""
 
     source: AbsolutePath
-    target: AbsolutePath
+    target: MountTarget
     read_only: bool = False
 
 
 class JobRequest(_Entry):
     """A job spec as the user wrote it; `to_job_spec` resolves it against a cluster."""
 
-    name: str = ""
+    name: str = Field("", max_length=MAX_NAME)
     queue: str | None = None
     priority: PriorityRef = None
     replicas: int = Field(1, ge=1)
@@ -183,13 +203,13 @@ class JobRequest(_Entry):
     time_limit: TimeLimit = None
     preemptible: bool = True
     checkpoint: CheckpointRequest = CheckpointRequest()
-    max_restarts: int = Field(3, ge=0)
+    max_restarts: int = Field(3, ge=0, le=MAX_RESTARTS)
     command: Command = ()
     env: Env = Field(default_factory=dict)
     mounts: list[MountRequest] = Field(default_factory=list)
     working_dir: AbsolutePath | None = None  # default: the attempt's own run folder on the node
-    cpus_per_replica: int = Field(0, ge=0)
-    memory_gib_per_replica: float = Field(0.0, ge=0)
+    cpus_per_replica: int = Field(0, ge=0, le=MAX_CPUS)
+    memory_gib_per_replica: float = Field(0.0, ge=0, le=MAX_MEMORY_GIB)
 
     # a plain default: pydantic inspects a default_factory's signature on every parse (~30 µs)
     _locator: Locator | None = PrivateAttr(default=None)

@@ -1,9 +1,7 @@
-"""Queues and configuration revisions, the event log, audit, tokens, usage and admin verbs (`/v1`)."""
+"""Queues, the event log, audit, tokens, usage and admin verbs (`/v1`)."""
 
 from __future__ import annotations
 
-import copy
-import json
 import time
 from typing import Any
 
@@ -13,21 +11,20 @@ from pydantic import BaseModel, Field
 from sqlalchemy import Connection, and_, func, or_, select
 from starlette.responses import Response
 
-from corral.core.errors import ConfigError
 from corral.server.api_jobs import PUBLIC_EVENTS
 from corral.server.app import json_response
 from corral.server.auth import ROLES, Principal, create_token, revoke_token
 from corral.server.caller import ctx_of, require_admin, who_of
-from corral.server.cluster import apply_revision, put_setting
+from corral.server.cluster import put_setting
 from corral.server.context import Context
-from corral.server.errors import ApiError
+from corral.server.errors import MAX_CURSOR, ApiError
 from corral.server.jobs import queues_of
 from corral.store import schema
 
 router = APIRouter()
 
 
-# ---- queues and configuration revisions ----------------------------------------------------
+# ---- queues ----------------------------------------------------------------------------------
 def _queues(ctx: Context, who: Principal) -> list[dict[str, Any]]:
     model, _ = ctx.model()
     visible = set(queues_of(model, who))
@@ -82,135 +79,6 @@ async def list_queues(request: Request) -> Response:
     return json_response({"queues": await run_in_threadpool(_queues, ctx_of(request), who_of(request))})
 
 
-class QueueChange(BaseModel):
-    weight: float | None = Field(None, gt=0)
-    quota: int | None = Field(None, ge=0)
-    limit: int | None = Field(None, ge=0)
-    cohort: str | None = None
-    lending_limit: int | None = Field(None, ge=0)
-    teams: list[str] | None = None
-    priorities: list[str] | None = None
-    default_time_limit: str | None = None
-    max_time_limit: str | None = None
-    mount_allowlist: list[str] | None = None
-    comment: str = ""
-
-
-def _revise(
-    ctx: Context, who: Principal, body: dict[str, Any], comment: str, conn: Connection
-) -> dict[str, Any]:
-    try:
-        revision = apply_revision(conn, body, who.name, comment, ctx.clock())
-    except ConfigError as exc:
-        raise ApiError.of_config(exc) from None
-    return {"revision": revision}
-
-
-@router.put("/queues/{name}", tags=["queues"])
-async def set_queue(request: Request, name: str, change: QueueChange) -> Response:
-    """Change (or add) a queue: a new configuration revision, audited, that can be rolled back."""
-    ctx, who = ctx_of(request), who_of(request)
-    require_admin(who, "change a queue")
-    model, _ = ctx.model()
-    body = copy.deepcopy(model.body)
-    queues = body.setdefault("queues", [])
-    entry = next((q for q in queues if q.get("name") == name), None)
-    if entry is None:
-        entry = {"name": name}
-        queues.append(entry)
-    fields = change.model_dump(exclude_none=True, exclude={"comment"})
-    entry.update(fields)
-    comment = change.comment or f"queue {name}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
-    request.state.audit_detail = comment
-    out = await ctx.write(lambda conn: _revise(ctx, who, body, comment, conn))
-    ctx.invalidate_model()
-    return json_response(out)
-
-
-class PolicyChange(BaseModel):
-    name: str = Field(description="a policy of `corral policies`: default, fifo, sjf, las")
-    args: dict[str, dict[str, Any]] | None = Field(None, description="plugin arguments, by plugin")
-    comment: str = ""
-
-
-@router.put("/policy", tags=["config"])
-async def set_policy(request: Request, change: PolicyChange) -> Response:
-    """Change the scheduling policy: a new configuration revision (rolled back like any other)."""
-    ctx, who = ctx_of(request), who_of(request)
-    require_admin(who, "change the policy")
-    model, _ = ctx.model()
-    body = copy.deepcopy(model.body)
-    body["policy"] = change.name
-    if change.args is not None:
-        body["policy_args"] = change.args
-    else:
-        body.pop("policy_args", None)
-    comment = change.comment or f"policy {change.name}"
-    request.state.audit_detail = comment
-    out = await ctx.write(lambda conn: _revise(ctx, who, body, comment, conn))
-    ctx.invalidate_model()
-    return json_response(out)
-
-
-@router.get("/config", tags=["config"])
-async def get_config(request: Request) -> Response:
-    """The active cluster configuration (the cluster file as JSON) and its revision."""
-    model, _ = ctx_of(request).model()
-    return json_response({"revision": model.revision, "config": model.body})
-
-
-@router.put("/config", tags=["config"])
-async def put_config(
-    request: Request, config: dict[str, Any] = Body(...), comment: str = Query("")
-) -> Response:
-    """Replace the configuration with a new cluster file (validated first; nothing changes on error)."""
-    ctx, who = ctx_of(request), who_of(request)
-    require_admin(who, "change the configuration")
-    out = await ctx.write(lambda conn: _revise(ctx, who, config, comment or "configuration replaced", conn))
-    ctx.invalidate_model()
-    return json_response(out)
-
-
-def _revisions(ctx: Context) -> list[dict[str, Any]]:
-    c = schema.config_revisions
-    with ctx.engines.reader.connect() as conn:
-        rows = conn.execute(select(c.c.id, c.c.created_at, c.c.author, c.c.comment).order_by(c.c.id)).all()
-    return [
-        {"revision": r.id, "created_at": r.created_at, "author": r.author, "comment": r.comment} for r in rows
-    ]
-
-
-@router.get("/config/revisions", tags=["config"])
-async def revisions(request: Request) -> Response:
-    """Every configuration revision, oldest first (`corral queues history`)."""
-    model, _ = ctx_of(request).model()
-    return json_response(
-        {"active": model.revision, "revisions": await run_in_threadpool(_revisions, ctx_of(request))}
-    )
-
-
-class Rollback(BaseModel):
-    revision: int
-
-
-def _rollback(ctx: Context, who: Principal, revision: int, conn: Connection) -> dict[str, Any]:
-    c = schema.config_revisions
-    text = conn.execute(select(c.c.body).where(c.c.id == revision)).scalar()
-    if text is None:
-        raise ApiError(404, f"no configuration revision {revision}", fix="see `corral queues history`")
-    return _revise(ctx, who, json.loads(text), f"rollback to revision {revision}", conn)
-
-
-@router.post("/config/rollback", tags=["config"])
-async def rollback(request: Request, body: Rollback) -> Response:
-    """Make an earlier revision active again (as a new revision, so the history only grows)."""
-    ctx, who = ctx_of(request), who_of(request)
-    require_admin(who, "roll the configuration back")
-    out = await ctx.write(lambda conn: _rollback(ctx, who, body.revision, conn))
-    ctx.invalidate_model()
-    return json_response(out)
-
-
 # ---- the event log ---------------------------------------------------------------------------
 def _events(ctx: Context, who: Principal, after: int, limit: int) -> list[str]:
     e, j = schema.events, schema.jobs
@@ -224,7 +92,7 @@ def _events(ctx: Context, who: Principal, after: int, limit: int) -> list[str]:
 @router.get("/events", tags=["events"])
 async def events(
     request: Request,
-    after: int = Query(0, ge=0, description="only events with a larger seq"),
+    after: int = Query(0, ge=0, le=MAX_CURSOR, description="only events with a larger seq"),
     limit: int = Query(1000, ge=1, le=10_000),
     wait: float = Query(0.0, ge=0, le=60, description="long poll: wait up to this many seconds for one"),
 ) -> Response:
@@ -256,7 +124,7 @@ def _audit(ctx: Context, limit: int, after: int) -> list[dict[str, Any]]:
 
 @router.get("/audit", tags=["admin"])
 async def audit(
-    request: Request, limit: int = Query(200, ge=1, le=10_000), after: int = Query(0, ge=0)
+    request: Request, limit: int = Query(200, ge=1, le=10_000), after: int = Query(0, ge=0, le=MAX_CURSOR)
 ) -> Response:
     """The newest audit records (who, what, result), oldest first."""
     require_admin(who_of(request), "read the audit log")
@@ -416,7 +284,9 @@ def _usage(ctx: Context, who: Principal, since: float) -> list[dict[str, Any]]:
 
 
 @router.get("/usage", tags=["queues"])
-async def usage(request: Request, since: float = Query(0.0, ge=0, description="Unix time")) -> Response:
+async def usage(
+    request: Request, since: float = Query(0.0, ge=0, le=1e12, description="Unix time")
+) -> Response:
     """GPU-hours per queue and user since `since`, from the attempts the event log records."""
     who = who_of(request)
     if who.role == "agent":  # its empty team would match the jobs of admins, who have none

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import time
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -22,7 +22,7 @@ from corral.server.auth import Principal
 from corral.server.caller import ctx_of, require_admin, who_of
 from corral.server.cluster import cluster_event, node_spec_of, node_values
 from corral.server.context import Context
-from corral.server.errors import ApiError
+from corral.server.errors import MAX_CURSOR, MAX_INT, ApiError
 from corral.server.liveness import lease_for
 from corral.store import schema
 from corral.store.engine import dumps
@@ -214,7 +214,9 @@ def requeue_attempt(
 
 class NodeChange(BaseModel):
     reason: str = ""
-    deadline: float | None = Field(None, ge=0, description="drain: seconds until running jobs are stopped")
+    deadline: float | None = Field(
+        None, ge=0, le=366 * 86400, description="drain: seconds until running jobs are stopped"
+    )
 
 
 @router.post("/nodes/{name}/{action}", tags=["nodes"])
@@ -237,27 +239,35 @@ async def change_node(request: Request, name: str, action: str, body: NodeChange
 
 
 # ---- agents --------------------------------------------------------------------------------
+MAX_NODE_GPUS = 1024  # GPUs one node may declare (a bound, so that a huge number is a 422)
+# `unhealthy` maps a GPU index, written as a string (a JSON key), to why it is unhealthy
+GpuIndexKey = Annotated[str, Field(pattern=r"^(0|[1-9][0-9]{0,3})$")]
+Why = Annotated[str, Field(max_length=500)]
+
+
 class Registration(BaseModel):
     node: str = Field(min_length=1, max_length=200)
-    gpus: int = Field(ge=0)
+    gpus: int = Field(ge=0, le=MAX_NODE_GPUS)
     gpu_model: str = ""
-    gpu_memory_gib: float = Field(0.0, ge=0)
-    cpus: int = Field(0, ge=0)
-    memory_gib: float = Field(0.0, ge=0)
+    gpu_memory_gib: float = Field(0.0, ge=0, le=1 << 20)
+    cpus: int = Field(0, ge=0, le=1 << 20)
+    memory_gib: float = Field(0.0, ge=0, le=1 << 30)
     labels: dict[str, str] = Field(default_factory=dict)
-    nvlink: list[list[int]] = Field(default_factory=list)
+    nvlink: list[list[Annotated[int, Field(ge=0, lt=MAX_NODE_GPUS)]]] = Field(default_factory=list)
     address: str = ""
     network: dict[str, Any] = Field(default_factory=dict)
     logs_url: str = Field("", max_length=300, description="where the agent serves worker logs")
     running: list[LocalAttempt] = Field(
         default_factory=list, description="attempts whose workers run on the node now (a restarted agent's)"
     )
-    unhealthy: dict[str, str] = Field(default_factory=dict, description="GPU index -> why it is unhealthy")
+    unhealthy: dict[GpuIndexKey, Why] = Field(
+        default_factory=dict, description="GPU index -> why it is unhealthy"
+    )
 
 
 class LocalAttempt(BaseModel):
     job: str
-    attempt: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=MAX_INT)
 
 
 Registration.model_rebuild()
@@ -500,17 +510,17 @@ async def register(request: Request, reg: Registration) -> Response:
 
 
 class GpuSample(BaseModel):
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, lt=MAX_NODE_GPUS)
     uuid: str = Field("", max_length=100)
     utilization: float | None = Field(None, ge=0, le=1)
-    memory_used_bytes: int | None = Field(None, ge=0)
-    memory_total_bytes: int | None = Field(None, ge=0)
+    memory_used_bytes: int | None = Field(None, ge=0, le=1 << 60)
+    memory_total_bytes: int | None = Field(None, ge=0, le=1 << 60)
 
 
 class Heartbeat(BaseModel):
-    incarnation: int
+    incarnation: int = Field(ge=-MAX_INT, le=MAX_INT)
     gpus: list[GpuSample] | None = Field(None, max_length=64, description="NVML samples, where present")
-    unhealthy: dict[str, str] | None = Field(None, description="GPU index -> why it is unhealthy")
+    unhealthy: dict[GpuIndexKey, Why] | None = Field(None, description="GPU index -> why it is unhealthy")
     unclean: list[str] | None = Field(None, description="attempts whose processes survived a kill")
 
 
@@ -624,7 +634,7 @@ def _assignments(ctx: Context, node: str, after: int) -> list[dict[str, Any]]:
 
 
 class Poll(BaseModel):
-    after: int = Field(0, ge=0)
+    after: int = Field(0, ge=0, le=MAX_CURSOR)
     wait: float = Field(0.0, ge=0, le=60)
 
 
@@ -647,7 +657,10 @@ router.add_route("/agents/{node}/assignments", _plain_assignments, methods=["GET
 
 @router.get("/agents/{node}/assignments", tags=["agents"])
 async def assignments(
-    request: Request, node: str, after: int = Query(0, ge=0), wait: float = Query(0.0, ge=0, le=60)
+    request: Request,
+    node: str,
+    after: int = Query(0, ge=0, le=MAX_CURSOR),
+    wait: float = Query(0.0, ge=0, le=60),
 ) -> Response:
     """Start and stop orders for the node after `after`; waits up to `wait` s for one (long poll).
     The table is read only when the outbox cursor (`Context.outbox`) has an order for this node
@@ -672,17 +685,17 @@ async def assignments(
 
 
 class Report(BaseModel):
-    incarnation: int
+    incarnation: int = Field(ge=-MAX_INT, le=MAX_INT)
     job: str
-    attempt: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=MAX_INT)
     status: str = Field(description="running | exited | checkpoint")
-    exit_code: int | None = None
-    rank: int | None = None
+    exit_code: int | None = Field(None, ge=-MAX_INT, le=MAX_INT)
+    rank: int | None = Field(None, ge=0, le=MAX_INT)
     why: str = Field("", max_length=32, description="exited: time_limit | setup | launch, when known")
     message: str = Field("", max_length=2000, description="exited: what went wrong, for people")
     log_tail: str = Field("", max_length=8000, description="exited: last lines of the failing rank's log")
-    step: int | None = Field(None, description="checkpoint: the step the job recorded")
-    age_s: float | None = Field(None, ge=0, description="checkpoint: seconds since it was recorded")
+    step: int | None = Field(None, ge=-(2**63), lt=2**63, description="checkpoint: the step the job recorded")
+    age_s: float | None = Field(None, ge=0, le=1e9, description="checkpoint: seconds since it was recorded")
 
 
 def _report(ctx: Context, node: str, rep: Report, conn: Connection) -> dict[str, Any]:

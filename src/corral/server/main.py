@@ -43,6 +43,7 @@ class ServerOptions:
     log_level: str = "warning"
     reports_dir: Path | None = None  # simulation reports the dashboard lists (default: data_dir/reports)
     lost_after: float = 30.0  # seconds of silence before a node is lost (0: never)
+    auth_failures: int = 20  # failed authentications an address may make at once (0: no limit)
 
 
 def is_loopback(host: str) -> bool:
@@ -206,9 +207,11 @@ def serve(opts: ServerOptions) -> None:
 
     from corral.server.app import create_app
     from corral.server.context import Context
+    from corral.server.throttle import FailedAuthThrottle
 
     scheduler = Supervisor(opts, dict(os.environ)) if opts.scheduler else None
     ctx = Context(engines, allow_dynamic_nodes=opts.allow_dynamic_nodes, lost_after=opts.lost_after)
+    ctx.auth_failures = FailedAuthThrottle(opts.auth_failures)
     app = create_app(ctx)
     app.state.reports_dir = opts.reports_dir or opts.data_dir / "reports"
     config = uvicorn.Config(

@@ -30,13 +30,14 @@ from corral.core.model import JobId, NodeName, NodeSpec
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
 from corral.server import metrics
-from corral.server.cluster import get_setting, load_cluster, node_spec_of, scheduling_state
+from corral.server.cluster import get_setting, node_spec_of, scheduling_state
 from corral.server.commit import Batch, EndItem, StartItem
 from corral.server.doorbell import Bell, Doorbell
 from corral.server.endings import Ending, ending_of
+from corral.server.in_force import NoRevisionApplies, choose, report_refusal
 from corral.server.jobs import spec_from_json
 from corral.server.reasons import ReasonBook
-from corral.server.restore import restore_attempt, unapplied_exits
+from corral.server.restore import unapplied_exits
 from corral.store import schema
 from corral.store.engine import Engines
 
@@ -93,6 +94,7 @@ class Scheduler:
         conn = self.engines.reader.connect()
         if not self.engines.is_sqlite:
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        j, a = schema.jobs, schema.attempts
         with conn, conn.begin():
             self.last_seq = (
                 conn.execute(
@@ -100,14 +102,6 @@ class Scheduler:
                 ).scalar()
                 or 0
             )
-            model = load_cluster(conn)
-            self.revision = model.revision
-            self.profile = load_policy(
-                str(model.body.get("policy", self.policy)), model.body.get("policy_args")
-            )
-            state = model.build_state()
-            self.paused = get_setting(conn, "scheduler.paused", "0") == "1"
-            j, a = schema.jobs, schema.attempts
             live = conn.execute(
                 select(
                     a.c.job_id,
@@ -123,8 +117,16 @@ class Scheduler:
                 .join(j, j.c.id == a.c.job_id)
                 .where(a.c.state != "ended")
             ).all()
-            for attempt in live:
-                restore_attempt(state, attempt)
+            pending = conn.execute(
+                select(j.c.spec, j.c.attempt, j.c.held, j.c.not_before, j.c.reason_code, j.c.reason)
+                .where(j.c.state == "pending")
+                .order_by(j.c.seq)
+            ).all()
+            specs = [(spec_from_json(r.spec), r) for r in pending]
+            found = choose(conn, live, specs, self.policy, self.revision)
+            model, state = found.model, found.state
+            self.revision, self.profile = model.revision, found.profile
+            self.paused = get_setting(conn, "scheduler.paused", "0") == "1"
             self.replay = unapplied_exits(conn)  # refills clean_exits as they are applied again
             self.clean_exits.clear()
             n = schema.nodes
@@ -133,14 +135,8 @@ class Scheduler:
                 for r in conn.execute(select(n.c.name, n.c.reason).where(n.c.state == "lost")).all()
                 if not r.reason.startswith("unclean")  # an unclean node's live attempts are real
             ]
-            pending = conn.execute(
-                select(j.c.spec, j.c.attempt, j.c.held, j.c.not_before, j.c.reason_code, j.c.reason)
-                .where(j.c.state == "pending")
-                .order_by(j.c.seq)
-            ).all()
             now = self.clock()
-            for row in pending:
-                job = state.submit(spec_from_json(row.spec), attempts=row.attempt)
+            for job, row in found.submitted:
                 job.held, job.not_before = bool(row.held), row.not_before
                 if row.reason_code:  # as persisted: a restart does not rewrite every pending job's reason
                     self.reasons.known.setdefault(job.spec.id, (row.reason_code, row.reason, now))
@@ -150,6 +146,14 @@ class Scheduler:
         self.state = state
         self.reasons.look_at_all()
         self.own.clear()
+        if found.refused is not None:
+            with self.engines.writer.begin() as conn:
+                self.own.update(report_refusal(conn, found.refused, model.revision, self.engines.is_sqlite))
+        if found.left_out:
+            log.error(
+                "pending jobs left out (their queue is in no applicable revision): %s",
+                ", ".join(found.left_out[:20]),
+            )
         log.info(
             "state loaded in %.0f ms: %d nodes, %d pending, %d live attempts (journal at %d)",
             (time.perf_counter() - started) * 1000,
@@ -162,7 +166,7 @@ class Scheduler:
     # ---- the loop -----------------------------------------------------------------------
     def run(self) -> None:
         self.doorbell.publish(self.engines.writer)
-        self.reload()
+        self.reload_until_applicable()
         self.step(force=True)
         while not self.stop.is_set():
             now = self.clock()
@@ -177,7 +181,22 @@ class Scheduler:
                 time.sleep(pause)
             due = bool(self.timers) and self.timers[0] <= self.clock()
             due = due or (self.reasons_waiting and time.monotonic() >= self.reasons_due)
-            self.step(force=rung or due)
+            try:
+                self.step(force=rung or due)
+            except NoRevisionApplies:
+                self.reload_until_applicable()
+
+    def reload_until_applicable(self) -> None:
+        """Reload; while no stored revision can hold the live work, say so and wait for a new one
+        (never exit: a supervisor would restart into the same state, over and over)."""
+        while not self.stop.is_set():
+            try:
+                self.reload()
+                return
+            except NoRevisionApplies as exc:
+                metrics.CONFIG_REFUSED.inc()
+                log.error("%s; waiting for a new configuration revision", exc)
+                self.doorbell.wait(FALLBACK_WAKE * 5)
 
     def step(self, force: bool = False) -> None:
         """Read the journal, apply it, run a cycle if anything changed, commit the decisions."""
@@ -255,7 +274,9 @@ class Scheduler:
         for r in entries:
             kind, job_id = r.kind, JobId(r.job) if r.job else None
             if kind == "submit" and job_id in specs:
-                if job_id not in state.jobs and job_id not in state.running:
+                if specs[job_id].queue not in state.queues:  # accepted under a revision not in force
+                    log.error("job %s left out: its queue is not in the revision in force", job_id)
+                elif job_id not in state.jobs and job_id not in state.running:
                     state.submit(specs[job_id])
                     self.reasons.fresh.add(job_id)
             elif kind == "cancel" and job_id in state.jobs:
