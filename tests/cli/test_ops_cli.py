@@ -41,6 +41,19 @@ def test_nodes_cordon_drain_undrain(cli: Cli) -> None:
     agent.close()
 
 
+def test_nodes_lists_unhealthy_gpus(cli: Cli) -> None:
+    """The API gives unhealthy GPUs as {index: why}; the table shows their indices as ranges."""
+    agent = FakeAgent(cli.server, "dgx01", 8, "H100-80GB", unhealthy={"3": "Xid 79", "4": "ECC", "6": "lost"})
+    agent.register()
+    table = cli.ok("nodes").stdout.splitlines()
+    assert table[1].split()[:6] == ["dgx01", "draining", "0/8", "0", "H100-80GB", "3-4,6"]
+    assert "GPU 3 unhealthy: Xid 79" in table[1]
+    gpus = {g["index"]: g for g in cli.json("nodes", "--gpus")["nodes"][0]["gpu_list"]}
+    assert gpus[3]["state"] == "unhealthy" and gpus[3]["reason"] == "Xid 79"
+    assert "unhealthy (Xid 79)" in cli.ok("nodes", "--gpus").stdout
+    agent.close()
+
+
 def test_queues_set_history_rollback(cli: Cli) -> None:
     listed = cli.ok("queues").stdout.splitlines()
     assert listed[0].split()[:5] == ["QUEUE", "WEIGHT", "QUOTA", "LIMIT", "COHORT"]

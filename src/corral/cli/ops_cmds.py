@@ -58,7 +58,7 @@ def nodes(
             f"{n['allocated']}/{n['gpus']}",
             n["free"],
             n["gpu_model"],
-            gpu_ranges(n["unhealthy"]) if n["unhealthy"] else "",
+            gpu_ranges(sorted(int(g) for g in n["unhealthy"])) if n["unhealthy"] else "",
             f"{n['heartbeat_age_s']:.0f}s ago" if n.get("heartbeat_age_s") is not None else "",
             node_reason(n),
         )
