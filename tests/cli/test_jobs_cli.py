@@ -49,6 +49,13 @@ def test_submit_from_a_file_with_flags_that_override_it(cli: Cli, tmp_path: Path
     bad = cli("submit", "-f", spec)
     assert bad.exit_code == 2
     assert f"error: {spec}:2: time_limit: duration 4 has no unit" in bad.stderr
+    spec.write_text("name: x\ngpu_per_replica: 4\ncommand: [echo]\n")
+    typo = cli("submit", "-f", spec)
+    assert typo.exit_code == 2 and [j["id"] for j in cli.json("jobs")["jobs"]] == [job["id"]]
+    assert (
+        f"error: {spec}:2: gpu_per_replica: unknown field `gpu_per_replica` "
+        "(fix: did you mean `gpus_per_replica`?)" in typo.stderr
+    )
 
 
 def test_bad_input_exits_2_and_a_job_that_can_never_run_exits_1(cli: Cli) -> None:
