@@ -225,9 +225,11 @@ def parse_job_spec(
 # Fields the server adds to a job object (`corral show --json`): a spec that carries them back is
 # accepted and they are dropped; `gpus` only when it agrees with replicas x gpus_per_replica.
 SERVER_FIELDS = frozenset(
-    ("id", "state", "user", "team", "attempt", "placement", "reason", "reason_code", "held")
-    + ("priority_class", "restarts", "submit_time", "start_time", "end_time", "exit_code")
-)
+    {
+        "id", "state", "user", "team", "attempt", "placement", "reason", "reason_code", "held",
+        "priority_class", "restarts", "submit_time", "start_time", "end_time", "exit_code",
+    }
+)  # fmt: skip
 
 
 def _refuse_unknown_fields(data: Mapping[str, object], loc: Locator) -> None:
