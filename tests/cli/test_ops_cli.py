@@ -11,8 +11,9 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
+from corral.store.inuse import exclusive
 from tests.cli.conftest import Cli
-from tests.server.harness import PG_ENV, FakeAgent, drop_postgres, fresh_postgres
+from tests.server.harness import PG_ENV, FakeAgent, drop_postgres, fresh_postgres, wait_for
 
 
 def test_nodes_cordon_drain_undrain(cli: Cli) -> None:
@@ -141,6 +142,34 @@ def test_admin_pause_resume_backup_restore(cli: Cli, tmp_path: Path) -> None:
             drop_postgres(os.environ[PG_ENV], name)
     missing = cli("admin", "restore", tmp_path / "nope", "--database-url", target_url, "--yes")
     assert missing.exit_code == 2 and "no backup file" in missing.stderr
+
+
+def test_admin_restore_refuses_a_database_a_server_uses(cli: Cli, tmp_path: Path) -> None:
+    """The server (and its scheduler) hold a lease on the database: restore refuses, nothing changes;
+    once it is stopped the restore runs; a server does not start while a restore holds it."""
+    kept = cli.json("submit", "--name", "kept", "--queue", "research", "--gpus", 1, "--", "true")["id"]
+    backup = tmp_path / "corral.backup"
+    cli.json("admin", "backup", backup)
+    later = cli.json("submit", "--name", "later", "--queue", "research", "--gpus", 1, "--", "true")["id"]
+    url = cli.server.database_url
+    refused = cli("admin", "restore", backup, "--database-url", url, "--yes")
+    assert refused.exit_code == 1, refused.output
+    assert "restore refused: the database" in refused.stderr
+    assert "is in use by a running corral server or scheduler (fix: stop the server" in refused.stderr
+    assert {j["id"] for j in cli.json("jobs")["jobs"]} == {kept, later}  # untouched, still served
+    cli.server.stop()  # the scheduler process may take a moment longer to end and free the lease
+    done = wait_for(
+        lambda: (r := cli("admin", "restore", backup, "--database-url", url, "--yes")).exit_code == 0 and r
+    )
+    assert done.stdout.startswith("restored")
+    with exclusive(url):
+        try:
+            cli.server.start()
+            raise AssertionError("a server started on a database being restored")
+        except RuntimeError as exc:
+            assert "is being restored; start the server when it is done" in str(exc)
+    cli.server.start()
+    assert [j["id"] for j in cli.json("jobs")["jobs"]] == [kept]
 
 
 def test_admin_policy_is_a_revision(cli: Cli) -> None:

@@ -142,9 +142,13 @@ def restore(
     if not yes:
         typer.confirm(f"Replace the database {url} with {path}? The server must be stopped", abort=True)
     from corral.server.backup import restore as restore_database
+    from corral.store.inuse import DatabaseInUse, exclusive
 
     try:
-        restore_database(url, str(path))
+        with exclusive(url):  # refused while a server or scheduler holds its lease on the database
+            restore_database(url, str(path))
+    except DatabaseInUse as exc:
+        fail(f"restore refused: {exc}", "stop the server (and any `corral scheduler`) first", code=1)
     except Exception as exc:  # sqlite3, pg_restore: what failed is in the message
         fail(f"restore failed: {exc}", "check that the server is stopped and the URL is right", code=1)
     typer.echo(f"restored {url} from {path}; start the server again")

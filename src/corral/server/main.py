@@ -20,6 +20,7 @@ from sqlalchemy import Connection, func, select
 
 from corral.store import schema
 from corral.store.engine import Engines, make_engines, upgrade
+from corral.store.inuse import DatabaseInUse, Lease, hold
 
 log = logging.getLogger("corral.server")
 
@@ -180,6 +181,7 @@ def serve(opts: ServerOptions) -> None:
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    lease = hold_database(opts.database_url)  # `corral admin restore` refuses while it is held
     engines, token = prepare_store(opts)
     if token is not None:
         path = opts.data_dir / "admin-token"
@@ -219,3 +221,12 @@ def serve(opts: ServerOptions) -> None:
     finally:
         if scheduler is not None:
             scheduler.stop()
+        lease.close()
+
+
+def hold_database(url: str) -> Lease:
+    """The process's lease on its database (store/inuse.py); exits with the reason while a restore runs."""
+    try:
+        return hold(url)
+    except DatabaseInUse as exc:
+        raise SystemExit(f"corral: {exc}") from None
