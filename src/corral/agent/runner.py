@@ -26,7 +26,16 @@ from corral.agent import fence, records
 from corral.agent.health import Health
 from corral.agent.launch import Worker, hostfile_lines, workers
 from corral.agent.logserver import LogServer
-from corral.agent.sandbox import Capabilities, Group, SetupError, check_mounts, preexec, user_of, wrap
+from corral.agent.sandbox import (
+    Capabilities,
+    Group,
+    SetupError,
+    check_mounts,
+    preexec,
+    remove_empty_groups,
+    user_of,
+    wrap,
+)
 from corral.client import Client, ClientError
 
 log = logging.getLogger("corral.agent")
@@ -250,7 +259,7 @@ class Attempt:
         run.launched = float(record.get("launched") or time.monotonic())
         run.run_dir = run_dir
         if record.get("cgroup"):
-            run.group = Group.existing(Path(record["cgroup"]))
+            run.group = Group.existing(agent.caps, Path(record["cgroup"]))
         run.procs = [
             (int(r["rank"]), Rank(int(r["pid"]), run_dir / f"rank-{r['rank']}.exit", None, r.get("start")))
             for r in record.get("ranks", [])
@@ -500,6 +509,8 @@ class Agent:
         """Attempts an earlier incarnation launched and never reported ended: supervised again
         (running ones keep running; ended ones are reported from their shims' exit files)."""
         found = []
+        for path in remove_empty_groups(self.caps):
+            log.info("removed %s, an empty cgroup an earlier agent left", path)
         for run_dir, record in records.unended(self.data_dir):
             try:
                 run = Attempt.adopt(self, run_dir, record)
