@@ -268,9 +268,11 @@ class Attempt:
 
     # ---- supervising ----------------------------------------------------------------------
     def _signal(self, proc: Rank, sig: int) -> None:
+        """SIGKILL to the rank's whole process group; any other signal to its shim alone, which
+        passes it to the rank's main process (its children are the rank's to stop)."""
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, sig)
+                (os.killpg if sig == signal.SIGKILL else os.kill)(proc.pid, sig)
 
     def _kill_all(self, sig: int) -> None:
         if sig == signal.SIGKILL and self.group is not None:
@@ -294,6 +296,9 @@ class Attempt:
             log.info("job %s attempt %s: grace of %.0f s over, killing", self.job, self.number, stop.grace)
             self._kill_all(signal.SIGKILL)
             self._wait_all(KILL_AFTER)
+        for _, p in self.procs:  # what a rank's main process left behind in its group
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
         by_rank = dict(self.procs)
         first = by_rank.get(min(by_rank)) if by_rank else None
         code = exit_code_of(first.returncode) if first is not None and first.returncode is not None else 137
@@ -394,6 +399,8 @@ class Attempt:
             for rank, proc in self.procs:
                 code = proc.poll()
                 if code is not None and code != 0:
+                    with contextlib.suppress(OSError):  # `corral.job.stop_reason()` of the others
+                        (self.run_dir / "checkpoint-requested").write_text("peer_failed\n")
                     self._kill_all(signal.SIGTERM)
                     if not self._wait_all(KILL_AFTER):
                         self._kill_all(signal.SIGKILL)
