@@ -32,6 +32,7 @@ def test_nodes_cordon_drain_undrain(cli: Cli) -> None:
     assert "new NICs (deadline " in cli.ok("nodes").stdout
     assert cli.json("nodes", "undrain", "dgx01") == {"name": "dgx01", "state": "up", "reason": ""}
     assert cli.ok("nodes", "cordon", "dgx01").stdout == "dgx01: cordoned (cordoned by admin)\n"
+    assert cli.ok("nodes", "uncordon", "dgx01").stdout == "dgx01: up\n"
     bad = cli("nodes", "drain", "dgx01", "--deadline", "10")
     assert bad.exit_code == 2 and "--deadline '10': duration '10' has no unit" in bad.stderr
     missing = cli("nodes", "undrain", "dgx99")

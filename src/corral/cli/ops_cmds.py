@@ -26,7 +26,7 @@ NodeArg = Annotated[str, typer.Argument(metavar="NODE", help="the node's name")]
 Reason = Annotated[str, typer.Option(help="why (shown in `corral nodes`)")]
 
 # ---- nodes -------------------------------------------------------------------------------------
-nodes_app = typer.Typer(help="Nodes: list them, or (admins) cordon, drain and undrain one.")
+nodes_app = typer.Typer(help="Nodes: list them, or (admins) cordon, uncordon, drain and undrain one.")
 app.add_typer(nodes_app, name="nodes", rich_help_panel=PANEL, invoke_without_command=True)
 
 
@@ -176,8 +176,20 @@ def undrain(
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Take new work on a cordoned or draining node again."""
+    """End a drain (or a cordon): the node takes new work again."""
     _node_change(ctx, "undrain", node, server, token, as_json)
+
+
+@nodes_app.command()
+def uncordon(
+    ctx: typer.Context,
+    node: NodeArg,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Lift a cordon: the node takes new work again (a draining node needs `undrain`)."""
+    _node_change(ctx, "uncordon", node, server, token, as_json)
 
 
 # ---- queues ------------------------------------------------------------------------------------

@@ -262,6 +262,9 @@ class Client:
     def undrain(self, name: str) -> JsonObject:
         return self._node_action(name, "undrain", {})
 
+    def uncordon(self, name: str) -> JsonObject:
+        return self._node_action(name, "uncordon", {})
+
     # ---- queues and configuration revisions ------------------------------------------------
     def queues(self) -> list[JsonObject]:
         out: list[JsonObject] = self.request("GET", "/v1/queues")["queues"]
