@@ -174,11 +174,24 @@ def test_admin_restore_refuses_a_database_a_server_uses(cli: Cli, tmp_path: Path
 
 
 def test_admin_policy_is_a_revision(cli: Cli) -> None:
+    shown = cli.json("admin", "policy")  # GET /v1/policy: the server's --policy while no revision names one
+    assert (shown["name"], shown["args"], shown["source"]) == ("default", {}, "the server's --policy")
+    assert shown["plugins"]["fair_share"]["half_life"] > 0
     out = cli.ok("admin", "policy", "fifo", "--comment", "freeze: strict order").stdout
     assert out.startswith("policy fifo is active (configuration revision 2)")
     assert cli.json("queues", "history")["revisions"][-1]["comment"] == "freeze: strict order"
     tuned = cli.json("admin", "policy", "default", "--arg", "fair_share.half_life=604800")
     assert tuned == {"revision": 3}
+    shown = cli.json("admin", "policy")
+    assert (shown["name"], shown["revision"], shown["source"]) == ("default", 3, "configuration revision 3")
+    assert shown["plugins"]["fair_share"]["half_life"] == 604800
+    text = cli.ok("admin", "policy").stdout
+    assert text.startswith("policy default (from configuration revision 3)\n")
+    assert "half_life=604800 (set)" in text
+    history = cli.ok("queues", "history").stdout.splitlines()
+    assert history[0].split()[:5] == ["REVISION", "CREATED", "AUTHOR", "POLICY", "COMMENT"]
+    assert "fifo" in history[2] and "default (fair_share.half_life=604800)" in history[3]
+    assert [r["policy"] for r in cli.json("queues", "history")["revisions"]] == ["default", "fifo", "default"]
     unknown = cli("admin", "policy", "shortest")
     assert unknown.exit_code == 2 and "shortest" in unknown.stderr
     malformed = cli("admin", "policy", "default", "--arg", "half_life")

@@ -293,13 +293,23 @@ def history(
             ("* " if r["revision"] == out["active"] else "  ") + str(r["revision"]),
             when(r["created_at"]),
             r["author"],
+            _policy_text(r),
             r["comment"],
         )
         for r in out["revisions"]
     ]
     print_table(
-        ("REVISION", "CREATED", "AUTHOR", "COMMENT"), rows, empty="no revisions: the built-in default"
+        ("REVISION", "CREATED", "AUTHOR", "POLICY", "COMMENT"),
+        rows,
+        empty="no revisions: the built-in default",
     )
+
+
+def _policy_text(revision: dict[str, Any]) -> str:
+    """`default` or `default (fair_share.half_life=604800)`."""
+    args = revision.get("policy_args") or {}
+    given = ", ".join(f"{p}.{k}={v}" for p, values in args.items() for k, v in values.items())
+    return str(revision.get("policy", "")) + (f" ({given})" if given else "")
 
 
 @queues_app.command()

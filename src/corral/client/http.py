@@ -287,6 +287,11 @@ class Client:
         out: JsonObject = self.request("GET", "/v1/config/revisions")
         return out
 
+    def policy(self) -> JsonObject:
+        """The policy in effect: `{"name", "args", "plugins", "revision", "source"}`."""
+        out: JsonObject = self.request("GET", "/v1/policy")
+        return out
+
     def set_policy(self, name: str, args: Mapping[str, Any] | None = None, comment: str = "") -> JsonObject:
         """Make `name` (with plugin `args`) the scheduling policy, as a new configuration revision."""
         out: JsonObject = self.request(

@@ -14,6 +14,7 @@ from sqlalchemy import Connection, and_, func, or_, select
 from starlette.responses import Response
 
 from corral.core.errors import ConfigError
+from corral.policies.registry import policy_arguments
 from corral.server.api_jobs import PUBLIC_EVENTS
 from corral.server.app import json_response
 from corral.server.auth import ROLES, Principal, create_token, revoke_token
@@ -152,6 +153,24 @@ async def set_policy(request: Request, change: PolicyChange) -> Response:
     return json_response(out)
 
 
+@router.get("/policy", tags=["config"])
+async def get_policy(request: Request) -> Response:
+    """The scheduling policy in effect: its name, the arguments given, every plugin's arguments as
+    they take effect, and where it comes from (a configuration revision, or the server's --policy)."""
+    ctx = ctx_of(request)
+    model, _ = ctx.model()
+    name = str(model.body.get("policy") or ctx.policy)
+    given = model.body.get("policy_args") or {}
+    try:
+        effective = policy_arguments(name, given)
+    except ConfigError as exc:  # a revision is checked when stored: only a bad --policy gets here
+        raise ApiError.of_config(exc, 500) from None
+    source = f"configuration revision {model.revision}" if "policy" in model.body else "the server's --policy"
+    return json_response(
+        {"name": name, "args": given, "plugins": effective, "revision": model.revision, "source": source}
+    )
+
+
 @router.get("/config", tags=["config"])
 async def get_config(request: Request) -> Response:
     """The active cluster configuration (the cluster file as JSON) and its revision."""
@@ -174,10 +193,23 @@ async def put_config(
 def _revisions(ctx: Context) -> list[dict[str, Any]]:
     c = schema.config_revisions
     with ctx.engines.reader.connect() as conn:
-        rows = conn.execute(select(c.c.id, c.c.created_at, c.c.author, c.c.comment).order_by(c.c.id)).all()
-    return [
-        {"revision": r.id, "created_at": r.created_at, "author": r.author, "comment": r.comment} for r in rows
-    ]
+        rows = conn.execute(
+            select(c.c.id, c.c.created_at, c.c.author, c.c.comment, c.c.body).order_by(c.c.id)
+        ).all()
+    out = []
+    for r in rows:
+        body = json.loads(r.body)
+        out.append(
+            {
+                "revision": r.id,
+                "created_at": r.created_at,
+                "author": r.author,
+                "comment": r.comment,
+                "policy": body.get("policy") or ctx.policy,  # the server's --policy when it names none
+                "policy_args": body.get("policy_args") or {},
+            }
+        )
+    return out
 
 
 @router.get("/config/revisions", tags=["config"])

@@ -192,7 +192,9 @@ def serve(opts: ServerOptions) -> None:
     from corral.server.context import Context
 
     scheduler = Supervisor(opts, dict(os.environ)) if opts.scheduler else None
-    ctx = Context(engines, allow_dynamic_nodes=opts.allow_dynamic_nodes, lost_after=opts.lost_after)
+    ctx = Context(
+        engines, allow_dynamic_nodes=opts.allow_dynamic_nodes, lost_after=opts.lost_after, policy=opts.policy
+    )
     app = create_app(ctx)
     app.state.reports_dir = opts.reports_dir or opts.data_dir / "reports"
     config = uvicorn.Config(
