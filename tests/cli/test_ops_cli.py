@@ -56,6 +56,28 @@ def test_nodes_lists_unhealthy_gpus(cli: Cli) -> None:
     agent.close()
 
 
+def test_audit_filters_and_leaves_accepted_agent_reports_out(cli: Cli) -> None:
+    agent = FakeAgent(cli.server, "dgx01", 8, "H100-80GB")
+    agent.register()
+    job = cli.json("submit", "--queue", "research", "--gpus", 1, "--", "true")["id"]
+    start = wait_for(lambda: [o for o in agent.orders(wait=1.0) if o["kind"] == "start"], timeout=20)[0]
+    assert agent.report(job, start["attempt"], "running").status_code == 200
+    assert agent.report("j999", 1, "running").status_code >= 400  # a refused report is kept
+    cli.ok("nodes", "cordon", "dgx01")
+    actions = [a["action"] for a in cli.json("audit")["audit"]]
+    assert "POST /v1/agents/register" in actions and "POST /v1/jobs" in actions
+    assert actions.count("POST /v1/agents/dgx01/reports") == 1  # only the refused one
+    assert [a["action"] for a in cli.json("audit", "--action", "/v1/nodes")["audit"]] == [
+        "POST /v1/nodes/dgx01/cordon"
+    ]
+    mine = cli.json("audit", "--who", "agent-dgx01")["audit"]
+    assert mine and {a["principal"] for a in mine} == {"agent-dgx01"}
+    assert cli.json("audit", "--since", "1h")["audit"] and not cli.json("audit", "--since", "0s")["audit"]
+    bad = cli("audit", "--since", "5")
+    assert bad.exit_code == 2 and "--since '5'" in bad.stderr
+    agent.close()
+
+
 def test_queues_set_history_rollback(cli: Cli) -> None:
     listed = cli.ok("queues").stdout.splitlines()
     assert listed[0].split()[:5] == ["QUEUE", "WEIGHT", "QUOTA", "LIMIT", "COHORT"]

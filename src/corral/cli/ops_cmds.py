@@ -335,13 +335,27 @@ def audit(
     ctx: typer.Context,
     limit: Annotated[int, typer.Option(help="the newest this many records", min=1, max=10_000)] = 200,
     after: Annotated[int, typer.Option(help="only records with a larger id", min=0)] = 0,
+    who: Annotated[str, typer.Option(help="only this token name's records, e.g. admin")] = "",
+    action: Annotated[str, typer.Option(help="only actions containing this, e.g. /v1/nodes or DELETE")] = "",
+    since: Annotated[str | None, typer.Option(help="only the last DURATION, e.g. 1h or 2d")] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Who changed what, and the result (admins): every mutating call leaves a record."""
+    """Who changed what, and the result (admins): every mutating call leaves a record (agents'
+    heartbeats and accepted reports excepted)."""
+    import time
+
+    start = 0.0
+    if since is not None:
+        from corral.config.durations import parse_duration
+
+        try:
+            start = time.time() - parse_duration(since)
+        except ValueError as exc:
+            fail(f"--since {since!r}: {exc}")
     with connect(ctx, server, token) as corral:
-        found = corral.audit(limit=limit, after=after)
+        found = corral.audit(limit=limit, after=after, who=who, action=action, since=start)
     if as_json:
         print_json({"audit": found})
         return

@@ -311,10 +311,10 @@ class Client:
         )
         return out
 
-    def audit(self, *, limit: int = 200, after: int = 0) -> list[JsonObject]:
-        out: list[JsonObject] = self.request("GET", "/v1/audit", params={"limit": limit, "after": after})[
-            "audit"
-        ]
+    def audit(self, *, limit: int = 200, after: int = 0, **filters: Any) -> list[JsonObject]:
+        """Audit records; `filters`: who, action (a substring), since and until (Unix times)."""
+        params = {"limit": limit, "after": after, **{k: v for k, v in filters.items() if v}}
+        out: list[JsonObject] = self.request("GET", "/v1/audit", params=params)["audit"]
         return out
 
     def usage(self, *, since: float = 0.0) -> list[JsonObject]:
