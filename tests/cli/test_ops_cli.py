@@ -43,6 +43,16 @@ def test_nodes_cordon_drain_undrain(cli: Cli) -> None:
     agent.close()
 
 
+def test_the_server_says_where_it_is(cli: Cli) -> None:
+    log = cli.server.log.read_text()
+    url = cli.server.url
+    assert f"corral server: API {url}/v1 (OpenAPI schema {url}/openapi.json)" in log
+    assert f"  dashboard  {url}/" in log and f"  data       {cli.server.data_dir.resolve()}" in log
+    assert "  scheduler  its own process, policy default" in log
+    help_text = cli("server", "--help").output
+    assert "--no-scheduler" in help_text and "--no-no-scheduler" not in help_text
+
+
 def test_nodes_lists_unhealthy_gpus(cli: Cli) -> None:
     """The API gives unhealthy GPUs as {index: why}; the table shows their indices as ranges."""
     agent = FakeAgent(cli.server, "dgx01", 8, "H100-80GB", unhealthy={"3": "Xid 79", "4": "ECC", "6": "lost"})

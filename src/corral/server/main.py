@@ -42,6 +42,7 @@ class ServerOptions:
     log_level: str = "warning"
     reports_dir: Path | None = None  # simulation reports the dashboard lists (default: data_dir/reports)
     lost_after: float = 30.0  # seconds of silence before a node is lost (0: never)
+    banner: bool = True  # say where things are once listening (`corral up` says it its own way)
 
 
 def is_loopback(host: str) -> bool:
@@ -209,6 +210,11 @@ def serve(opts: ServerOptions) -> None:
     )
 
     class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started and opts.banner:
+                print(banner(opts), file=sys.stderr, flush=True)
+
         def handle_exit(self, sig: int, frame: Any) -> None:
             # a shutdown is under way: the scheduler (which got the same signal from the process
             # group) must not be restarted; uvicorn re-raises the signal after it, so `finally`
@@ -224,6 +230,28 @@ def serve(opts: ServerOptions) -> None:
         if scheduler is not None:
             scheduler.stop()
         lease.close()
+
+
+def banner(opts: ServerOptions) -> str:
+    """What `corral server` prints once it listens: where the API, the dashboard and the data are."""
+    from sqlalchemy.engine import make_url
+
+    scheme = "https" if opts.tls_cert and opts.tls_key else "http"
+    host = f"[{opts.host}]" if ":" in opts.host else opts.host
+    url = f"{scheme}://{host}:{opts.port}"
+    database = make_url(opts.database_url).render_as_string(hide_password=True)
+    scheduler = "its own process" if opts.scheduler else "not started here (--no-scheduler)"
+    data = opts.data_dir.resolve()
+    return "\n".join(
+        [
+            f"corral server: API {url}/v1 (OpenAPI schema {url}/openapi.json)",
+            f"  dashboard  {url}/  (`corral dashboard` prints a login link)",
+            f"  data       {data}  (admin token: {data / 'admin-token'})",
+            f"  database   {database}",
+            f"  scheduler  {scheduler}, policy {opts.policy} unless a configuration revision names one",
+            "  stop with Ctrl-C",
+        ]
+    )
 
 
 def hold_database(url: str) -> Lease:
