@@ -93,3 +93,5 @@ def test_the_checkpoint_signal_goes_to_the_rank_main_process_with_the_reason(
         "cancel child=alive"
     )
     wait_for(lambda: state_is(server, job_id, "cancelled"), timeout=15)
+    assert "HTTP Request:" not in agent.output()  # no line per heartbeat, poll or report
+    assert "stop (cancel)" in agent.output()

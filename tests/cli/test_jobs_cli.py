@@ -129,6 +129,29 @@ def test_jobs_show_hold_release_cancel_requeue(cli: Cli) -> None:
     agent.close()
 
 
+def test_a_gang_of_one_gpu_replicas_prints_one_entry_per_node_and_a_pending_job_its_last_attempt(
+    cli: Cli,
+) -> None:
+    agent = FakeAgent(cli.server, "dgx01", 8, "H100-80GB")
+    agent.register()
+    gang = cli.json("submit", "--queue", "research", "--replicas", 4, "--gpus-per-replica", 1, "--", "true")[
+        "id"
+    ]
+    placed = wait_for(lambda: (j := cli.json("show", gang))["placement"] and j)
+    assert [p["gpus"] for p in placed["placement"]] == [[0], [1], [2], [3]]
+    assert "dgx01:0-3" in cli.ok("jobs").stdout and "placement:   dgx01:0-3\n" in cli.ok("show", gang).stdout
+    assert agent.report(gang, 1, "running").status_code == 200
+    assert "started:" in cli.ok("show", gang).stdout
+    cli.ok("requeue", gang)
+    cli.ok("admin", "pause")  # it stays pending, not started again at once
+    assert agent.report(gang, 1, "exited", 143).status_code == 200
+    wait_for(lambda: cli.json("show", gang)["state"] == "pending")
+    shown = cli.ok("show", gang).stdout
+    assert "started:" not in shown and "exit code:" not in shown  # they are not the next attempt's
+    assert "attempt 1:   started " in shown and ", exit code 143" in shown, shown
+    agent.close()
+
+
 def test_events_as_json_lines_with_increasing_seq(cli: Cli) -> None:
     for queue in ("research", "prod"):
         cli.ok("submit", "--queue", queue, "--gpus", 1, "--", "true")
