@@ -159,7 +159,8 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def _complete_step(folder: Path) -> int | None:
     """The newest step of an attempt's folder that every rank recorded (or one recorded whole);
-    a folder without rank files (an older helper) has its record's step."""
+    when rank 0 alone recorded anything, its steps (the contract's older rank-0-saves pattern); a
+    folder without rank files (an older helper) has its record's step."""
     ranks = folder / RANKS
     if not ranks.is_dir():
         record = _record_of(folder)
@@ -168,7 +169,9 @@ def _complete_step(folder: Path) -> int | None:
     whole = {s for b in found for s in b.get("whole", []) if isinstance(s, int)}
     sizes = {b.get("world_size") for b in found}
     everyone: set[int] = set()
-    if len(sizes) == 1 and len(found) == next(iter(sizes)):
+    if len(found) == 1 and found[0].get("rank") == 0:
+        everyone = {s for s in found[0].get("steps", []) if isinstance(s, int)}
+    elif len(sizes) == 1 and len(found) == next(iter(sizes)):
         everyone = set.intersection(*({s for s in b.get("steps", []) if isinstance(s, int)} for b in found))
     steps = everyone | whole
     return max(steps) if steps else None

@@ -104,10 +104,13 @@ def test_a_gang_step_is_complete_when_every_rank_recorded_it(tmp_path: Path) -> 
     run(1, 0, "10", "20", "36")  # the last to write; rank 1 never recorded 36
     attempt_1 = str(tmp_path / "ckpt" / "attempt-1")
     assert run(2, 0) == run(2, 1) == [attempt_1, "20"]
-    run(2, 0, "40")  # attempt 2: only rank 0 recorded 40, nothing complete there yet
+    run(2, 1, "30")
+    run(2, 0, "40")  # attempt 2: rank 0 recorded 40, rank 1 only 30: nothing complete there yet
     assert run(3, 1) == [attempt_1, "20"]
     run(2, 0, "44w")  # rank 0 wrote all of step 44 (a replicated model)
     assert run(3, 1) == [str(tmp_path / "ckpt" / "attempt-2"), "44"]
+    run(3, 0, "50")  # in attempt 3 only rank 0 records (it saves the whole model): its steps count
+    assert run(4, 1) == [str(tmp_path / "ckpt" / "attempt-3"), "50"]
 
 
 def test_stop_reason_says_why(tmp_path: Path) -> None:
