@@ -280,6 +280,12 @@ class Attempt:
         for _, p in self.procs:
             self._signal(p, sig)
 
+    def _sweep(self) -> None:
+        """Once the ranks ended: what their main processes left behind in their groups dies too."""
+        for _, p in self.procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+
     def _wait_all(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while any(p.poll() is None for _, p in self.procs):
@@ -296,9 +302,7 @@ class Attempt:
             log.info("job %s attempt %s: grace of %.0f s over, killing", self.job, self.number, stop.grace)
             self._kill_all(signal.SIGKILL)
             self._wait_all(KILL_AFTER)
-        for _, p in self.procs:  # what a rank's main process left behind in its group
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, signal.SIGKILL)
+        self._sweep()
         by_rank = dict(self.procs)
         first = by_rank.get(min(by_rank)) if by_rank else None
         code = exit_code_of(first.returncode) if first is not None and first.returncode is not None else 137
@@ -405,6 +409,7 @@ class Attempt:
                     if not self._wait_all(KILL_AFTER):
                         self._kill_all(signal.SIGKILL)
                         self._wait_all(KILL_AFTER)
+                    self._sweep()
                     tail = tail_of(self.logs / f"rank-{rank}.log")
                     return Outcome(exit_code_of(code), rank, "", "", tail)
             if all(p.poll() == 0 for _, p in self.procs):
