@@ -36,6 +36,7 @@ from corral.agent.sandbox import (
     check_reach,
     closed_data_dir,
     preexec,
+    remove_empty_groups,
     user_of,
     wrap,
 )
@@ -314,7 +315,7 @@ class Attempt:
         run.launched = float(record.get("launched") or time.monotonic())
         run.run_dir = run_dir
         if record.get("cgroup"):
-            run.group = Group.existing(Path(record["cgroup"]))
+            run.group = Group.existing(agent.caps, Path(record["cgroup"]))
         run.procs = [
             (int(r["rank"]), Rank(int(r["pid"]), run_dir / f"rank-{r['rank']}.exit", None, r.get("start")))
             for r in record.get("ranks", [])
@@ -323,15 +324,23 @@ class Attempt:
 
     # ---- supervising ----------------------------------------------------------------------
     def _signal(self, proc: Rank, sig: int) -> None:
+        """SIGKILL to the rank's whole process group; any other signal to its shim alone, which
+        passes it to the rank's main process (its children are the rank's to stop)."""
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, sig)
+                (os.killpg if sig == signal.SIGKILL else os.kill)(proc.pid, sig)
 
     def _kill_all(self, sig: int) -> None:
         if sig == signal.SIGKILL and self.group is not None:
             self.group.kill()
         for _, p in self.procs:
             self._signal(p, sig)
+
+    def _sweep(self) -> None:
+        """Once the ranks ended: what their main processes left behind in their groups dies too."""
+        for _, p in self.procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
 
     def _wait_all(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -349,6 +358,7 @@ class Attempt:
             log.info("job %s attempt %s: grace of %.0f s over, killing", self.job, self.number, stop.grace)
             self._kill_all(signal.SIGKILL)
             self._wait_all(KILL_AFTER)
+        self._sweep()
         by_rank = dict(self.procs)
         first = by_rank.get(min(by_rank)) if by_rank else None
         code = exit_code_of(first.returncode) if first is not None and first.returncode is not None else 137
@@ -451,10 +461,13 @@ class Attempt:
             for rank, proc in self.procs:
                 code = proc.poll()
                 if code is not None and code != 0:
+                    with contextlib.suppress(OSError):  # `corral.job.stop_reason()` of the others
+                        (self.run_dir / "checkpoint-requested").write_text("peer_failed\n")
                     self._kill_all(signal.SIGTERM)
                     if not self._wait_all(KILL_AFTER):
                         self._kill_all(signal.SIGKILL)
                         self._wait_all(KILL_AFTER)
+                    self._sweep()
                     tail = tail_of(self.logs / f"rank-{rank}.log")
                     return Outcome(exit_code_of(code), rank, "", "", tail)
             if all(p.poll() == 0 for _, p in self.procs):
@@ -572,6 +585,8 @@ class Agent:
         """Attempts an earlier incarnation launched and never reported ended: supervised again
         (running ones keep running; ended ones are reported from their shims' exit files)."""
         found = []
+        for path in remove_empty_groups(self.caps):
+            log.info("removed %s, an empty cgroup an earlier agent left", path)
         for run_dir, record in records.unended(self.data_dir):
             try:
                 run = Attempt.adopt(self, run_dir, record)

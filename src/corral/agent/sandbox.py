@@ -176,11 +176,12 @@ class Group:
             self.paths.append(path)
 
     @classmethod
-    def existing(cls, v2: Path) -> Group:
-        """The group of an attempt an earlier incarnation of the agent made (v2 only: enough to
-        kill it and to tell when it is empty)."""
+    def existing(cls, caps: Capabilities, v2: Path) -> Group:
+        """The group of an attempt an earlier incarnation of the agent made: its v2 group and the
+        v1 groups of the same name, so that all of them are removed when the attempt ends."""
         group = cls.__new__(cls)
         group.v2, group.paths = v2, [v2]
+        group.paths += [base / v2.name for base in caps.v1_bases.values() if (base / v2.name).is_dir()]
         return group
 
     def limit(self, cpus: float, memory_bytes: int) -> None:
@@ -236,6 +237,25 @@ class Group:
         for path in reversed(self.paths):
             with contextlib.suppress(OSError):
                 path.rmdir()
+
+
+def remove_empty_groups(caps: Capabilities) -> list[str]:
+    """Remove the attempt groups (v2 and v1) an earlier agent of this data directory left empty
+    (killed with -9 before it removed them); a group that still holds processes stays (rmdir
+    refuses it). Called at start, before any attempt is launched. Returns the paths removed."""
+    removed = []
+    for base in [caps.cgroup_base, *caps.v1_bases.values()]:
+        if base is None:
+            continue
+        try:
+            children = [p for p in base.iterdir() if p.is_dir()]
+        except OSError:
+            continue
+        for child in children:
+            with contextlib.suppress(OSError):
+                child.rmdir()
+                removed.append(str(child))
+    return removed
 
 
 def user_of(caps: Capabilities, run_as: str) -> pwd.struct_passwd:

@@ -2,9 +2,7 @@
 
 The agent starts each rank through this shim (as containerd-shim and slurmstepd sit between a
 runtime and its processes): the shim forks the rank, waits for it, and writes its exit status to
-the exit file, so that a restarted agent learns how a rank it did not start ended. The shim leads
-the rank's process group; the signals the agent sends the group reach the rank, and the shim only
-waits.
+the exit file, so that a restarted agent learns how a rank it did not start ended.
 
 The shim may run as root, so nothing the job controls reaches it (DESIGN.md 6.6): the agent
 starts it with a minimal environment and `-I -S` (no `PYTHON*` variable, no user site, no
@@ -13,10 +11,16 @@ the rank needs (argv, environment, working directory, user) is in LAUNCH_FILE, a
 agent wrote in a folder only it can write. The forked child drops to the job's user first, then
 sets a usual umask, enters the working directory and execs the rank with the job's environment:
 the job's `LD_PRELOAD`, `PYTHONPATH` or `PATH` only ever act on the job's own processes.
+
+The shim leads the rank's process group, which SIGKILL reaches whole; any other signal the agent
+sends the shim alone, and the shim passes it to the rank's main process (through bwrap, which does
+not forward signals, to bwrap's child), so that a child of the rank, a `sleep` or a data loader,
+is not stopped under it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -69,12 +73,28 @@ def main(args: list[str]) -> int:
         launch = json.loads(f.read())
     os.unlink(args[0])  # it holds the job's environment: no copy left beside the exit file
     exit_file = str(launch["exit_file"])
-    for sig in FORWARDED:  # the group's signals are for the rank; a caught signal resets at exec
-        signal.signal(sig, lambda *_: None)
+    argv = launch.get("argv") or []
+    wrapped = bool(argv) and os.path.basename(str(argv[0])) == "bwrap"
+    started: list[int] = []
+    early: list[int] = []  # signals that came before the child existed: passed on once it does
+
+    def forward(sig: int, _frame: object) -> None:
+        if not started:
+            early.append(sig)
+        for child in started:
+            for pid in _main_pids(child, wrapped):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+
+    for sig in FORWARDED:  # a caught signal resets to its default at exec: the rank gets the defaults
+        signal.signal(sig, forward)
     sys.stdout.flush()
     pid = os.fork()
     if pid == 0:
         _become(launch)
+    started.append(pid)
+    for pending in early:
+        forward(pending, None)
     code = _wait(pid)
     tmp = f"{exit_file}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -82,6 +102,17 @@ def main(args: list[str]) -> int:
         out.write(f"{code}\n")
     os.replace(tmp, exit_file)
     return code
+
+
+def _main_pids(pid: int, wrapped: bool) -> list[int]:
+    """The rank's main process: the child, or bwrap's children when the child is bwrap."""
+    if not wrapped:
+        return [pid]
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as children:
+            return [int(p) for p in children.read().split()] or [pid]
+    except OSError:
+        return [pid]
 
 
 if __name__ == "__main__":

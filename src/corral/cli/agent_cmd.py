@@ -73,6 +73,8 @@ def agent(
 
     os.umask(0o077)  # its records hold jobs' env: private unless made readable on purpose
     logging.basicConfig(level=logging.INFO, format="%(asctime)s corral agent: %(message)s", stream=sys.stderr)
+    for chatty in ("httpx", "httpcore"):  # a line per heartbeat, poll and report says nothing
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     directory = data_dir or settings.data_dir()
     found = declared_or_detected(gpus, gpu_model)
     body = inventory(node or socket.gethostname(), found, address or address_towards(server))

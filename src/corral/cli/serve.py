@@ -37,7 +37,7 @@ def server(
         str, typer.Option(help="SQLite: normal (survives kill -9) or full (survives power loss)")
     ] = "normal",
     no_scheduler: Annotated[
-        bool, typer.Option(help="serve the API only (run `corral scheduler` elsewhere)")
+        bool, typer.Option("--no-scheduler", help="serve the API only (run `corral scheduler` elsewhere)")
     ] = False,
     reports_dir: Annotated[
         Path | None,
@@ -93,6 +93,12 @@ def scheduler(
     policy: Annotated[str, typer.Option(help="scheduling policy")] = "default",
 ) -> None:
     """Run a scheduler process on its own (`corral server` starts one for you)."""
+    from corral.server.main import hold_database
     from corral.server.scheduler import main
 
-    main(database_url or default_database_url(data_dir()), policy)
+    url = database_url or default_database_url(data_dir())
+    lease = hold_database(url)  # `corral admin restore` refuses while it is held
+    try:
+        main(url, policy)
+    finally:
+        lease.close()

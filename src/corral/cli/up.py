@@ -98,6 +98,7 @@ def up(
         data_dir=directory,
         policy=policy,
         allow_dynamic_nodes=True,
+        banner=False,  # `_announce` says where things are, with the node and the login link
     )
     check_listen(opts)
     if not _port_is_free(host, port):

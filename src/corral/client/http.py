@@ -266,6 +266,9 @@ class Client:
         """Revoke the agent tokens bound to the node (admins): a new join token may then register it."""
         return self._node_action(name, "forget", {})
 
+    def uncordon(self, name: str) -> JsonObject:
+        return self._node_action(name, "uncordon", {})
+
     # ---- queues and configuration revisions ------------------------------------------------
     def queues(self) -> list[JsonObject]:
         out: list[JsonObject] = self.request("GET", "/v1/queues")["queues"]
@@ -288,6 +291,11 @@ class Client:
         out: JsonObject = self.request("GET", "/v1/config/revisions")
         return out
 
+    def policy(self) -> JsonObject:
+        """The policy in effect: `{"name", "args", "plugins", "revision", "source"}`."""
+        out: JsonObject = self.request("GET", "/v1/policy")
+        return out
+
     def set_policy(self, name: str, args: Mapping[str, Any] | None = None, comment: str = "") -> JsonObject:
         """Make `name` (with plugin `args`) the scheduling policy, as a new configuration revision."""
         out: JsonObject = self.request(
@@ -307,10 +315,10 @@ class Client:
         )
         return out
 
-    def audit(self, *, limit: int = 200, after: int = 0) -> list[JsonObject]:
-        out: list[JsonObject] = self.request("GET", "/v1/audit", params={"limit": limit, "after": after})[
-            "audit"
-        ]
+    def audit(self, *, limit: int = 200, after: int = 0, **filters: Any) -> list[JsonObject]:
+        """Audit records; `filters`: who, action (a substring), since and until (Unix times)."""
+        params = {"limit": limit, "after": after, **{k: v for k, v in filters.items() if v}}
+        out: list[JsonObject] = self.request("GET", "/v1/audit", params=params)["audit"]
         return out
 
     def usage(self, *, since: float = 0.0) -> list[JsonObject]:

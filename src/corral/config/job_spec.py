@@ -35,6 +35,7 @@ from corral.config.spec_bounds import (
     mount_target,
     no_nul_path,
 )
+from corral.config.unknown_fields import check_known_fields
 from corral.config.yaml_source import FieldPath, Locator, load_yaml
 from corral.core.errors import ConfigError
 from corral.core.model import (
@@ -232,12 +233,39 @@ def parse_job_spec(
         raise loc.error(
             (), f"the job spec is a {type(data).__name__}, not a mapping", "write `name:`, `command:`..."
         )
+    _refuse_unknown_fields(data, loc)
     try:
         request = JobRequest.model_validate(data)
     except ValidationError as exc:
         raise loc.validation_error(exc) from exc
     request._locator = loc
     return request
+
+
+# Fields the server adds to a job object (`corral show --json`): a spec that carries them back is
+# accepted and they are dropped; `gpus` only when it agrees with replicas x gpus_per_replica.
+SERVER_FIELDS = frozenset(
+    {
+        "id", "state", "user", "team", "attempt", "placement", "reason", "reason_code", "held",
+        "priority_class", "restarts", "submit_time", "start_time", "end_time", "exit_code",
+    }
+)  # fmt: skip
+
+
+def _refuse_unknown_fields(data: Mapping[str, object], loc: Locator) -> None:
+    """ConfigError for a field the job spec does not define ("did you mean `gpus_per_replica`?")."""
+    check_known_fields(data, JobRequest, loc, ignored=SERVER_FIELDS | {"gpus"})
+    if "gpus" not in data:
+        return
+    replicas, per_replica = data.get("replicas", 1), data.get("gpus_per_replica", 1)
+    total = replicas * per_replica if isinstance(replicas, int) and isinstance(per_replica, int) else None
+    if data["gpus"] != total:
+        raise loc.error(
+            ("gpus",),
+            f"`gpus` is not a job spec field, and {data['gpus']!r} disagrees with replicas x"
+            f" gpus_per_replica ({replicas} x {per_replica})",
+            "write `replicas:` and `gpus_per_replica:`; `corral submit --gpus N` is the shorthand",
+        )
 
 
 def to_job_spec(

@@ -111,24 +111,38 @@ async def events(
 
 
 # ---- audit and tokens ------------------------------------------------------------------------
-def _audit(ctx: Context, limit: int, after: int) -> list[dict[str, Any]]:
+def _audit(
+    ctx: Context, limit: int, after: int, who: str, action: str, since: float, until: float
+) -> list[dict[str, Any]]:
     a = schema.audit
+    q = select(a).where(a.c.id > after)
+    if who:
+        q = q.where(a.c.principal == who)
+    if action:
+        q = q.where(a.c.action.contains(action, autoescape=True))
+    if since:
+        q = q.where(a.c.t >= since)
+    if until:
+        q = q.where(a.c.t < until)
     with ctx.engines.reader.connect() as conn:
-        rows = (
-            conn.execute(select(a).where(a.c.id > after).order_by(a.c.id.desc()).limit(limit))
-            .mappings()
-            .all()
-        )
+        rows = conn.execute(q.order_by(a.c.id.desc()).limit(limit)).mappings().all()
     return [dict(r) for r in reversed(rows)]
 
 
 @router.get("/audit", tags=["admin"])
 async def audit(
-    request: Request, limit: int = Query(200, ge=1, le=10_000), after: int = Query(0, ge=0, le=MAX_CURSOR)
+    request: Request,
+    limit: int = Query(200, ge=1, le=10_000),
+    after: int = Query(0, ge=0, le=MAX_CURSOR),
+    who: str = Query("", max_length=200, description="only this principal's records"),
+    action: str = Query("", max_length=200, description="only actions containing this, e.g. `/v1/nodes`"),
+    since: float = Query(0.0, ge=0, description="only records at or after this Unix time"),
+    until: float = Query(0.0, ge=0, description="only records before this Unix time (0: now)"),
 ) -> Response:
-    """The newest audit records (who, what, result), oldest first."""
+    """The newest audit records (who, what, result) that match, oldest first."""
     require_admin(who_of(request), "read the audit log")
-    return json_response({"audit": await run_in_threadpool(_audit, ctx_of(request), limit, after)})
+    found = await run_in_threadpool(_audit, ctx_of(request), limit, after, who, action, since, until)
+    return json_response({"audit": found})
 
 
 class TokenRequest(BaseModel):

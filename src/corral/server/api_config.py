@@ -16,6 +16,7 @@ from sqlalchemy import Connection, select
 from starlette.responses import Response
 
 from corral.core.errors import ConfigError
+from corral.policies.registry import policy_arguments
 from corral.server.app import json_response
 from corral.server.auth import Principal
 from corral.server.caller import ctx_of, require_admin, who_of
@@ -102,6 +103,25 @@ async def set_policy(request: Request, change: PolicyChange) -> Response:
     return json_response(out)
 
 
+@router.get("/policy", tags=["config"])
+async def get_policy(request: Request) -> Response:
+    """The scheduling policy in effect: its name, the arguments given, every plugin's arguments as
+    they take effect, and where it comes from (a configuration revision, or the server's --policy)."""
+    ctx = ctx_of(request)
+    _no_agents(who_of(request))
+    model, _ = ctx.model()
+    name = str(model.body.get("policy") or ctx.policy)
+    given = model.body.get("policy_args") or {}
+    try:
+        effective = policy_arguments(name, given)
+    except ConfigError as exc:  # a revision is checked when stored: only a bad --policy gets here
+        raise ApiError.of_config(exc, 500) from None
+    source = f"configuration revision {model.revision}" if "policy" in model.body else "the server's --policy"
+    return json_response(
+        {"name": name, "args": given, "plugins": effective, "revision": model.revision, "source": source}
+    )
+
+
 def _no_agents(who: Principal) -> None:
     if who.role == "agent":  # an agent learns what it needs from its registration and orders
         raise ApiError(403, "agent tokens may not read the configuration", fix="use a member or admin token")
@@ -145,12 +165,31 @@ async def put_config(
 def _revisions(ctx: Context, who: Principal) -> list[dict[str, Any]]:
     c = schema.config_revisions
     with ctx.engines.reader.connect() as conn:
-        rows = conn.execute(select(c.c.id, c.c.created_at, c.c.author, c.c.comment).order_by(c.c.id)).all()
+        rows = conn.execute(
+            select(c.c.id, c.c.created_at, c.c.author, c.c.comment, c.c.body).order_by(c.c.id)
+        ).all()
     if not who.is_admin:  # who changed what (queue names, teams, values) is for admins
         return [{"revision": r.id, "created_at": r.created_at} for r in rows]
-    return [
-        {"revision": r.id, "created_at": r.created_at, "author": r.author, "comment": r.comment} for r in rows
-    ]
+    out = []
+    for r in rows:
+        try:  # a revision stored behind the API's back may not be a cluster file at all
+            body = json.loads(r.body)
+        except ValueError:
+            body = {}
+        if not isinstance(body, dict):
+            body = {}
+        policy = body.get("policy") or ctx.policy  # the server's --policy when it names none
+        out.append(
+            {
+                "revision": r.id,
+                "created_at": r.created_at,
+                "author": r.author,
+                "comment": r.comment,
+                "policy": policy,
+                "policy_args": body.get("policy_args") or {},
+            }
+        )
+    return out
 
 
 @router.get("/config/revisions", tags=["config"])

@@ -140,7 +140,13 @@ def _set_state(
     if row is None:
         raise ApiError(404, f"no node {name}", fix="list them with `corral nodes`")
     now = ctx.clock()
-    if action == "undrain":
+    if action == "uncordon" and row["state"] == NodeState.DRAINING.value:
+        raise ApiError(
+            409, f"{name} is draining, not cordoned", fix=f"end the drain with `corral nodes undrain {name}`"
+        )
+    if action == "uncordon" and row["state"] != NodeState.CORDONED.value:
+        return {"name": name, "state": row["state"], "reason": row["reason"]}  # nothing to lift
+    if action in ("undrain", "uncordon"):
         new, why = (NodeState.UP if row["registered"] else NodeState.DOWN), ""
         values: dict[str, Any] = {"drain_deadline": None}
     elif action == "cordon":
@@ -148,7 +154,7 @@ def _set_state(
     else:
         new, why = NodeState.DRAINING, reason or f"drained by {who.name}"
         values = {"drain_deadline": now + (deadline or 0.0)}
-        _drain_attempts(ctx, conn, name, deadline or 0.0, who.name)
+        _drain_attempts(ctx, conn, name, deadline or 0.0, f"the drain of {name} ({who.name})")
     conn.execute(
         update(n).where(n.c.name == name).values(state=new.value, reason=why, updated_at=now, **values)
     )
@@ -221,10 +227,13 @@ class NodeChange(BaseModel):
 
 @router.post("/nodes/{name}/{action}", tags=["nodes"])
 async def change_node(request: Request, name: str, action: str, body: NodeChange | None = None) -> Response:
-    """`cordon` (no new work), `drain` (jobs checkpointed and requeued by the deadline), `undrain`,
-    `forget` (revoke the agent tokens bound to the node, so that a new join token may register it)."""
-    if action not in ("cordon", "drain", "undrain", "forget"):
-        raise ApiError(404, f"no action {action!r} on nodes", fix="use cordon, drain, undrain or forget")
+    """`cordon` (no new work), `uncordon` (lift a cordon), `drain` (jobs checkpointed and requeued
+    by the deadline), `undrain` (lift a drain or a cordon), `forget` (revoke the agent tokens bound
+    to the node, so that a new join token may register it)."""
+    if action not in ("cordon", "uncordon", "drain", "undrain", "forget"):
+        raise ApiError(
+            404, f"no action {action!r} on nodes", fix="use cordon, uncordon, drain, undrain or forget"
+        )
     ctx, who = ctx_of(request), who_of(request)
     require_admin(who, f"{action} a node")
     if action == "forget":

@@ -131,7 +131,7 @@ def load_cluster(conn: Connection, revision: int | None = None) -> ClusterModel:
             select(schema.config_revisions.c.body).where(schema.config_revisions.c.id == revision)
         ).scalar_one()
         body = json.loads(text)
-    config = parse_cluster_config(body, f"configuration revision {revision}")
+    config = parse_cluster_config(body, f"configuration revision {revision}", strict=False)
     rows = {r["name"]: dict(r) for r in conn.execute(select(schema.nodes)).mappings()}
     specs = tuple(node_spec_of(row) for row in rows.values())
     states = {name: scheduling_state(row) for name, row in rows.items()}

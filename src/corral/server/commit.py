@@ -242,7 +242,14 @@ class Batch:
         )
         for node in nodes:
             self.outbox(
-                node, {"kind": "stop", "job": job, "attempt": attempt, "grace": max(0.0, deadline - self.now)}
+                node,
+                {
+                    "kind": "stop",
+                    "job": job,
+                    "attempt": attempt,
+                    "grace": max(0.0, deadline - self.now),
+                    "why": "preempt",
+                },
             )
 
     def reject(self, job: str, reason: str) -> None:
@@ -335,7 +342,7 @@ class Batch:
                     "job": i.job,
                     "attempt": i.attempt,
                     "grace": 0.0,
-                    "why": i.outcome.event,
+                    "why": "peer_failed",  # `corral.job.stop_reason()` on the other nodes
                 }
                 orders += [(node, stop) for node in nodes]
         self.outboxes(orders)

@@ -167,6 +167,7 @@ class Context:
         allow_dynamic_nodes: bool = False,
         clock: Callable[[], float] = time.time,
         lost_after: float = 30.0,
+        policy: str = "default",
     ) -> None:
         self.engines = engines
         self.clock = clock  # scheduling time: submit times, stop deadlines, events' `t`
@@ -186,6 +187,7 @@ class Context:
         self.gpu_samples: dict[str, list[dict[str, Any]]] = {}
         self.started = time.monotonic()
         self.lost_after = lost_after  # seconds of silence before a node is lost (0: never)
+        self.policy = policy  # the server's --policy: in effect while no revision names one
         self.lost: set[str] = set()  # nodes declared lost whose agents have not registered again
         self.maintenance = 0.0  # Unix time planned maintenance ends (0: none)
         self.gpu_health: dict[str, dict[str, str]] = {}  # node -> unhealthy GPUs as last written

@@ -22,6 +22,7 @@ from sqlalchemy import Connection, func, select
 
 from corral.store import schema
 from corral.store.engine import Engines, make_engines, upgrade
+from corral.store.inuse import DatabaseInUse, Lease, hold
 
 log = logging.getLogger("corral.server")
 
@@ -44,6 +45,7 @@ class ServerOptions:
     reports_dir: Path | None = None  # simulation reports the dashboard lists (default: data_dir/reports)
     lost_after: float = 30.0  # seconds of silence before a node is lost (0: never)
     auth_failures: int = 20  # failed authentications an address may make at once (0: no limit)
+    banner: bool = True  # say where things are once listening (`corral up` says it its own way)
 
 
 def is_loopback(host: str) -> bool:
@@ -199,6 +201,7 @@ def serve(opts: ServerOptions) -> None:
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    lease = hold_database(opts.database_url)  # `corral admin restore` refuses while it is held
     engines, token = prepare_store(opts)
     if token is not None:
         path = opts.data_dir / "admin-token"
@@ -210,7 +213,9 @@ def serve(opts: ServerOptions) -> None:
     from corral.server.throttle import FailedAuthThrottle
 
     scheduler = Supervisor(opts, dict(os.environ)) if opts.scheduler else None
-    ctx = Context(engines, allow_dynamic_nodes=opts.allow_dynamic_nodes, lost_after=opts.lost_after)
+    ctx = Context(
+        engines, allow_dynamic_nodes=opts.allow_dynamic_nodes, lost_after=opts.lost_after, policy=opts.policy
+    )
     ctx.auth_failures = FailedAuthThrottle(opts.auth_failures)
     app = create_app(ctx)
     app.state.reports_dir = opts.reports_dir or opts.data_dir / "reports"
@@ -226,6 +231,11 @@ def serve(opts: ServerOptions) -> None:
     )
 
     class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started and opts.banner:
+                print(banner(opts), file=sys.stderr, flush=True)
+
         def handle_exit(self, sig: int, frame: Any) -> None:
             # a shutdown is under way: the scheduler (which got the same signal from the process
             # group) must not be restarted; uvicorn re-raises the signal after it, so `finally`
@@ -240,3 +250,34 @@ def serve(opts: ServerOptions) -> None:
     finally:
         if scheduler is not None:
             scheduler.stop()
+        lease.close()
+
+
+def banner(opts: ServerOptions) -> str:
+    """What `corral server` prints once it listens: where the API, the dashboard and the data are."""
+    from sqlalchemy.engine import make_url
+
+    scheme = "https" if opts.tls_cert and opts.tls_key else "http"
+    host = f"[{opts.host}]" if ":" in opts.host else opts.host
+    url = f"{scheme}://{host}:{opts.port}"
+    database = make_url(opts.database_url).render_as_string(hide_password=True)
+    scheduler = "its own process" if opts.scheduler else "not started here (--no-scheduler)"
+    data = opts.data_dir.resolve()
+    return "\n".join(
+        [
+            f"corral server: API {url}/v1 (OpenAPI schema {url}/openapi.json)",
+            f"  dashboard  {url}/  (`corral dashboard` prints a login link)",
+            f"  data       {data}  (admin token: {data / 'admin-token'})",
+            f"  database   {database}",
+            f"  scheduler  {scheduler}, policy {opts.policy} unless a configuration revision names one",
+            "  stop with Ctrl-C",
+        ]
+    )
+
+
+def hold_database(url: str) -> Lease:
+    """The process's lease on its database (store/inuse.py); exits with the reason while a restore runs."""
+    try:
+        return hold(url)
+    except DatabaseInUse as exc:
+        raise SystemExit(f"corral: {exc}") from None
