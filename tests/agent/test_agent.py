@@ -109,11 +109,11 @@ def test_a_failing_rank_ends_the_attempt_and_restarts_then_fails(server: Server,
 
 
 def test_cancel_sends_the_checkpoint_signal(server: Server, agent: AgentProcess, tmp_path: Path) -> None:
-    marker = tmp_path / "got-sigterm"
+    marker, ready = tmp_path / "got-sigterm", tmp_path / "ready"
     trap = (
         "import signal, sys, time; "
         f"signal.signal(signal.SIGTERM, lambda *_: (open({str(marker)!r}, 'w').write('TERM'), sys.exit(0))); "
-        "time.sleep(600)"
+        f"open({str(ready)!r}, 'w').close(); time.sleep(600)"
     )
     job_id = submit(
         server,
@@ -123,7 +123,7 @@ def test_cancel_sends_the_checkpoint_signal(server: Server, agent: AgentProcess,
         checkpoint={"signal": "SIGTERM", "grace": "3s"},
     )
     wait_for(lambda: state_is(server, job_id, "running"), timeout=15)
-    time.sleep(0.5)  # let Python install its handler
+    wait_for(ready.exists, timeout=15)  # Python has installed its handler
     with server.client() as c:
         assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
     asked = time.monotonic()

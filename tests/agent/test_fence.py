@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from corral.agent.sandbox import Capabilities
 from tests.agent.conftest import AgentProcess
 from tests.agent.test_agent import events, job, state_is
 from tests.server.conftest import LAB
@@ -56,6 +57,15 @@ def submit(server: Server, out: Path, tenths: int) -> str:
         )
         assert r.status_code == 201, r.text
         return str(r.json()["id"])
+
+
+def groups_of(agent: AgentProcess) -> dict[str, set[str]]:
+    """The attempt cgroups under each of the agent's bases: v2, and v1 cpu and memory (hybrid)."""
+    caps = Capabilities.detect(agent.node, data_dir=agent.data_dir)
+    if caps.cgroup_base is None:
+        pytest.skip("no writable cgroup hierarchy here (CI runs as root with one)")
+    bases = [caps.cgroup_base, *caps.v1_bases.values()]
+    return {str(b): {p.name for p in b.iterdir() if p.is_dir()} for b in bases if b.is_dir()}
 
 
 def kill_9(agent: AgentProcess) -> None:
@@ -100,6 +110,8 @@ def test_a_restarted_agent_adopts_its_running_workers(slow_server: Server, tmp_p
         assert done["state"] == "finished" and done["attempt"] == 1, (done, second.output())
         assert "adopted 1 running ranks" in second.output()
         assert (earlier / "pid-1").read_text() == ran  # old start orders are not replayed
+        # the adopted attempt's groups, v1 cpu and memory included, go when it ends
+        wait_for(lambda: not any(groups_of(second).values()), timeout=10)
     finally:
         first.stop()
         if second is not None:
@@ -137,6 +149,9 @@ def test_the_fence_kills_the_workers_of_a_dead_agent_and_the_job_runs_again_once
         assert not alive(pid)
         starts = [e["attempt"] for e in events(server, job_id) if e["event"] == "start"]
         assert starts == [1, 2]
+        # the dead agent's attempt left its groups (v2, v1 cpu and memory); the new agent removed them
+        left = groups_of(second)
+        assert left and all(names == {f"{job_id}-2"} for names in left.values()), left
     finally:
         first.stop()
         if second is not None:

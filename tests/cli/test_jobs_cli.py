@@ -55,6 +55,13 @@ def test_submit_from_a_file_with_flags_that_override_it(cli: Cli, tmp_path: Path
     bad = cli("submit", "-f", spec)
     assert bad.exit_code == 2
     assert f"error: {spec}:2: time_limit: duration 4 has no unit" in bad.stderr
+    spec.write_text("name: x\ngpu_per_replica: 4\ncommand: [echo]\n")
+    typo = cli("submit", "-f", spec)
+    assert typo.exit_code == 2 and [j["id"] for j in cli.json("jobs")["jobs"]] == [job["id"]]
+    assert (
+        f"error: {spec}:2: gpu_per_replica: unknown field `gpu_per_replica` "
+        "(fix: did you mean `gpus_per_replica`?)" in typo.stderr
+    )
 
 
 def test_bad_input_exits_2_and_a_job_that_can_never_run_exits_1(cli: Cli) -> None:
@@ -125,6 +132,29 @@ def test_jobs_show_hold_release_cancel_requeue(cli: Cli) -> None:
     usage = cli.json("usage")["usage"]
     assert [(u["queue"], u["user"]) for u in usage] == [("research", "admin")] and usage[0]["gpu_hours"] > 0
     assert "research  admin" in cli.ok("usage", "--since", "1h").stdout
+    agent.close()
+
+
+def test_a_gang_of_one_gpu_replicas_prints_one_entry_per_node_and_a_pending_job_its_last_attempt(
+    cli: Cli,
+) -> None:
+    agent = FakeAgent(cli.server, "dgx01", 8, "H100-80GB")
+    agent.register()
+    gang = cli.json("submit", "--queue", "research", "--replicas", 4, "--gpus-per-replica", 1, "--", "true")[
+        "id"
+    ]
+    placed = wait_for(lambda: (j := cli.json("show", gang))["placement"] and j)
+    assert [p["gpus"] for p in placed["placement"]] == [[0], [1], [2], [3]]
+    assert "dgx01:0-3" in cli.ok("jobs").stdout and "placement:   dgx01:0-3\n" in cli.ok("show", gang).stdout
+    assert agent.report(gang, 1, "running").status_code == 200
+    assert "started:" in cli.ok("show", gang).stdout
+    cli.ok("requeue", gang)
+    cli.ok("admin", "pause")  # it stays pending, not started again at once
+    assert agent.report(gang, 1, "exited", 143).status_code == 200
+    wait_for(lambda: cli.json("show", gang)["state"] == "pending")
+    shown = cli.ok("show", gang).stdout
+    assert "started:" not in shown and "exit code:" not in shown  # they are not the next attempt's
+    assert "attempt 1:   started " in shown and ", exit code 143" in shown, shown
     agent.close()
 
 

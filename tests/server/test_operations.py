@@ -213,7 +213,8 @@ def test_cordon_drain_undrain(lab: Server) -> None:
         b.run(first)
         a.quiet("start", second, 1.0)  # a cordoned node takes no new work
         assert job(c, second)["state"] == "pending"
-        assert c.post("/v1/nodes/dgx01/undrain").json()["state"] == "up"
+        assert c.post("/v1/nodes/dgx01/uncordon").json() == {"name": "dgx01", "state": "up", "reason": ""}
+        assert c.post("/v1/nodes/dgx01/uncordon").json()["state"] == "up"  # nothing to lift: no change
         a.run(second)
 
         # drain: no new work, and the node's attempts are told to stop by the deadline
@@ -225,9 +226,13 @@ def test_cordon_drain_undrain(lab: Server) -> None:
         assert job(c, second)["state"] == "stopping"
         a.exit(second, 1, 143)
         j = wait_state(c, second, "pending")
-        assert [e["event"] for e in events(c) if e.get("job") == second][-1] == "preempt"
+        last = [e for e in events(c) if e.get("job") == second][-1]
+        assert last["event"] == "preempt" and last["reason"] == "requeued by the drain of dgx01 (admin)", last
         a.quiet("start", second, 1.0)  # dgx01 is draining and dgx02 is full
         assert j["attempt"] == 1 and nodes(c)["dgx01"]["state"] == "draining"
+        r = c.post("/v1/nodes/dgx01/uncordon")  # a cordon's lifting does not end a drain
+        assert r.status_code == 409 and "dgx01 is draining, not cordoned" in r.json()["error"], r.text
+        assert "corral nodes undrain dgx01" in r.json()["fix"]
         assert c.post("/v1/nodes/dgx01/undrain").json()["state"] == "up"
         a.run(second, attempt=2)
         assert job(c, first)["state"] == "running"
@@ -300,7 +305,6 @@ def test_usage_audit_backup(lab: Server, tmp_path: Path) -> None:
             ("admin", "POST /v1/tokens", "201"),
             ("agent-dgx01", "POST /v1/agents/register", "200"),
             ("ana", "POST /v1/jobs", "201"),
-            ("agent-dgx01", "POST /v1/agents/dgx01/reports", "200"),
             ("ana", "POST /v1/nodes/dgx01/cordon", "403"),
             ("admin", "POST /v1/admin/pause", "200"),
             ("admin", "POST /v1/admin/resume", "200"),
@@ -310,6 +314,7 @@ def test_usage_audit_backup(lab: Server, tmp_path: Path) -> None:
             return [(a["principal"], a["action"], a["result"]) for a in c.get("/v1/audit").json()["audit"]]
 
         wait_for(lambda: set(expected) <= set(recorded()))
+        assert not [r for r in recorded() if r[1].endswith("/reports")]  # agents' traffic is not audited
         assert ("(anonymous)", "POST /v1/jobs", "401") not in recorded()
         httpx.post(lab.url + "/v1/jobs", json={})
         wait_for(lambda: ("(anonymous)", "POST /v1/jobs", "401") in recorded())

@@ -254,9 +254,7 @@ def show(
             ("restarts", f"{job['restarts']} of {job['max_restarts']}"),
             ("placement", placement_text(job["placement"])),
             ("submitted", when(job["submit_time"])),
-            ("started", when(job["start_time"])),
-            ("ended", when(job["end_time"])),
-            ("exit code", job["exit_code"]),
+            *_attempt_times(job),
             ("command", " ".join(job["command"])),
         ]
     )
@@ -271,6 +269,20 @@ def show(
         typer.echo(f"last lines of rank {last.get('rank')}'s log (attempt {last.get('attempt')}):")
         for line in str(last["log_tail"]).splitlines():
             typer.echo(f"  | {line}")
+
+
+def _attempt_times(job: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Start, end and exit code; a pending job's are its previous attempt's, and say so."""
+    if job["state"] != "pending" or not job["attempt"]:
+        return [
+            ("started", when(job["start_time"])),
+            ("ended", when(job["end_time"])),
+            ("exit code", job["exit_code"]),
+        ]
+    parts = [f"started {when(job['start_time'])}" if job["start_time"] else ""]
+    parts += [f"ended {when(job['end_time'])}" if job["end_time"] else ""]
+    parts += [f"exit code {job['exit_code']}" if job["exit_code"] is not None else ""]
+    return [(f"attempt {job['attempt']}", ", ".join(p for p in parts if p) or None)]
 
 
 def _history(history: dict[str, Any]) -> list[tuple[float, str, str]]:

@@ -244,7 +244,14 @@ class Batch:
         )
         for node in nodes:
             self.outbox(
-                node, {"kind": "stop", "job": job, "attempt": attempt, "grace": max(0.0, deadline - self.now)}
+                node,
+                {
+                    "kind": "stop",
+                    "job": job,
+                    "attempt": attempt,
+                    "grace": max(0.0, deadline - self.now),
+                    "why": "preempt",
+                },
             )
 
     def reject(self, job: str, reason: str) -> None:
@@ -338,7 +345,7 @@ class Batch:
                     "job": i.job,
                     "attempt": i.attempt,
                     "grace": 0.0,
-                    "why": i.outcome.event,
+                    "why": "peer_failed",  # `corral.job.stop_reason()` on the other nodes
                 }
                 orders += [(node, stop) for node in nodes]
         self.outboxes(orders)
@@ -354,17 +361,20 @@ class Batch:
     def _move_jobs(self, items: Sequence[EndItem]) -> None:
         """Each ended attempt's job to its next state: one executemany per shape of change."""
         j = schema.jobs
-        shapes: dict[tuple[bool, bool], list[dict[str, Any]]] = {}
+        shapes: dict[tuple[bool, bool, bool, bool], list[dict[str, Any]]] = {}
         for i in items:
             o = i.outcome
             terminal, restart = o.state != "pending", o.event == "restart"
+            backoff, unlaunched = bool(o.not_before), o.launch_losses is not None
             row = {"b_job": i.job, "b_attempt": i.attempt, "b_state": o.state, "b_exit_code": o.exit_code}
             if terminal:  # a terminal state: its reason is how it ended, not why it waited
                 row.update(b_reason=o.reason, b_reason_code=o.event)
-            if restart:
+            if backoff:  # a restart's, or a loss before launch's
                 row["b_not_before"] = o.not_before
-            shapes.setdefault((terminal, restart), []).append(row)
-        for (terminal, restart), rows in shapes.items():
+            if unlaunched:
+                row["b_launch_losses"] = o.launch_losses
+            shapes.setdefault((terminal, restart, backoff, unlaunched), []).append(row)
+        for (terminal, restart, backoff, unlaunched), rows in shapes.items():
             values: dict[str, Any] = {
                 "state": bindparam("b_state"),
                 "version": j.c.version + 1,
@@ -378,7 +388,11 @@ class Batch:
                     reason_at=None,
                 )
             if restart:
-                values.update(restarts=j.c.restarts + 1, not_before=bindparam("b_not_before"))
+                values.update(restarts=j.c.restarts + 1)
+            if backoff:
+                values.update(not_before=bindparam("b_not_before"))
+            if unlaunched:
+                values.update(launch_losses=bindparam("b_launch_losses"))
             self.conn.execute(
                 update(j)
                 .where(j.c.id == bindparam("b_job"), j.c.attempt == bindparam("b_attempt"))

@@ -34,13 +34,14 @@ from corral.core.model import JobId, NodeName, NodeSpec
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
 from corral.server import metrics
-from corral.server.cluster import get_setting, load_cluster, node_spec_of, scheduling_state
+from corral.server.cluster import get_setting, node_spec_of, scheduling_state
 from corral.server.commit import Batch, EndItem, StartItem
 from corral.server.doorbell import Bell, Doorbell
 from corral.server.endings import Ending, ending_of
+from corral.server.in_force import NoRevisionApplies, choose, report_refusal
 from corral.server.jobs import spec_from_json
 from corral.server.reasons import ReasonBook, ReasonChange
-from corral.server.restore import restore_attempt, unapplied_exits
+from corral.server.restore import unapplied_exits
 from corral.store import schema
 from corral.store.engine import Engines
 
@@ -99,6 +100,7 @@ class Scheduler:
         conn = self.engines.reader.connect()
         if not self.engines.is_sqlite:
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        j, a = schema.jobs, schema.attempts
         with conn, conn.begin():
             self.last_seq = (
                 conn.execute(
@@ -106,16 +108,6 @@ class Scheduler:
                 ).scalar()
                 or 0
             )
-            model = load_cluster(conn)
-            self.revision = model.revision
-            self.profile = load_policy(
-                str(model.body.get("policy", self.policy)), model.body.get("policy_args")
-            )
-            state = model.build_state()
-            self.paused = get_setting(conn, "scheduler.paused", "0") == "1"
-            if self.paused:
-                self.paused_by = _last_pause(conn)
-            j, a = schema.jobs, schema.attempts
             live = conn.execute(
                 select(
                     a.c.job_id,
@@ -131,16 +123,6 @@ class Scheduler:
                 .join(j, j.c.id == a.c.job_id)
                 .where(a.c.state != "ended")
             ).all()
-            for attempt in live:
-                restore_attempt(state, attempt)
-            self.replay = unapplied_exits(conn)  # refills clean_exits as they are applied again
-            self.clean_exits.clear()
-            n = schema.nodes
-            self.lost_nodes = [
-                (r.name, r.reason)
-                for r in conn.execute(select(n.c.name, n.c.reason).where(n.c.state == "lost")).all()
-                if not r.reason.startswith("unclean")  # an unclean node's live attempts are real
-            ]
             pending = conn.execute(
                 select(
                     j.c.spec,
@@ -154,8 +136,22 @@ class Scheduler:
                 .where(j.c.state == "pending")
                 .order_by(j.c.seq)
             ).all()
-            for row in pending:
-                job = state.submit(spec_from_json(row.spec), attempts=row.attempt)
+            specs = [(spec_from_json(r.spec), r) for r in pending]
+            found = choose(conn, live, specs, self.policy, self.revision)
+            model, state = found.model, found.state
+            self.revision, self.profile = model.revision, found.profile
+            self.paused = get_setting(conn, "scheduler.paused", "0") == "1"
+            if self.paused:
+                self.paused_by = _last_pause(conn)
+            self.replay = unapplied_exits(conn)  # refills clean_exits as they are applied again
+            self.clean_exits.clear()
+            n = schema.nodes
+            self.lost_nodes = [
+                (r.name, r.reason)
+                for r in conn.execute(select(n.c.name, n.c.reason).where(n.c.state == "lost")).all()
+                if not r.reason.startswith("unclean")  # an unclean node's live attempts are real
+            ]
+            for job, row in found.submitted:
                 job.held, job.not_before = bool(row.held), row.not_before
                 if row.reason_code:  # as persisted: a restart does not rewrite every pending job's reason
                     self.reasons.known.setdefault(job.spec.id, (row.reason_code, row.reason, row.reason_at))
@@ -165,6 +161,14 @@ class Scheduler:
         self.state = state
         self.reasons.look_at_all()
         self.own.clear()
+        if found.refused is not None:
+            with self.engines.writer.begin() as conn:
+                self.own.update(report_refusal(conn, found.refused, model.revision, self.engines.is_sqlite))
+        if found.left_out:
+            log.error(
+                "pending jobs left out (their queue is in no applicable revision): %s",
+                ", ".join(found.left_out[:20]),
+            )
         log.info(
             "state loaded in %.0f ms: %d nodes, %d pending, %d live attempts (journal at %d)",
             (time.perf_counter() - started) * 1000,
@@ -177,7 +181,7 @@ class Scheduler:
     # ---- the loop -----------------------------------------------------------------------
     def run(self) -> None:
         self.doorbell.publish(self.engines.writer)
-        self.reload()
+        self.reload_until_applicable()
         self.step(force=True)
         while not self.stop.is_set():
             now = self.clock()
@@ -193,7 +197,22 @@ class Scheduler:
                 time.sleep(pause)
             due = (bool(self.timers) and self.timers[0] <= self.clock()) or self.wake <= self.clock()
             due = due or (self.reasons_waiting and time.monotonic() >= self.reasons_due)
-            self.step(force=rung or due)
+            try:
+                self.step(force=rung or due)
+            except NoRevisionApplies:
+                self.reload_until_applicable()
+
+    def reload_until_applicable(self) -> None:
+        """Reload; while no stored revision can hold the live work, say so and wait for a new one
+        (never exit: a supervisor would restart into the same state, over and over)."""
+        while not self.stop.is_set():
+            try:
+                self.reload()
+                return
+            except NoRevisionApplies as exc:
+                metrics.CONFIG_REFUSED.inc()
+                log.error("%s; waiting for a new configuration revision", exc)
+                self.doorbell.wait(FALLBACK_WAKE * 5)
 
     def step(self, force: bool = False) -> None:
         """Read the journal, apply it, run a cycle if anything changed, commit the decisions."""
@@ -275,7 +294,9 @@ class Scheduler:
         for r in entries:
             kind, job_id = r.kind, JobId(r.job) if r.job else None
             if kind == "submit" and job_id in specs:
-                if job_id not in state.jobs and job_id not in state.running:
+                if specs[job_id].queue not in state.queues:  # accepted under a revision not in force
+                    log.error("job %s left out: its queue is not in the revision in force", job_id)
+                elif job_id not in state.jobs and job_id not in state.running:
                     state.submit(specs[job_id])
                     self.reasons.fresh.add(job_id)
             elif kind == "cancel" and job_id in state.jobs:
@@ -309,6 +330,7 @@ class Scheduler:
                     row.restarts,
                     row.max_restarts,
                     self.clock(),
+                    row.launch_losses if row.state == "starting" else None,  # never reported running
                 )
                 endings.append((body["job"], body["attempt"], ending))
                 self._end_in_memory(body["job"], body["attempt"], ending)
@@ -318,7 +340,8 @@ class Scheduler:
                     state.record_checkpoint(job_id, float(body["at"]))
             elif kind == "x.node":
                 body = json.loads(r.body)
-                reload = reload or self._node_changed(body)
+                # without a node: many nodes changed at once (a server start marks every one unheard)
+                reload = reload or "node" not in body or self._node_changed(body)
                 if body.get("ends_attempts"):  # kept across a reload, like the other endings
                     self._lose_attempts_on(str(body["node"]), str(body.get("reason", "")), endings)
             elif kind == "cluster":
@@ -399,7 +422,16 @@ class Scheduler:
         a, j = schema.attempts, schema.jobs
         with self.engines.reader.connect() as conn:
             rows = conn.execute(
-                select(a.c.job_id, a.c.attempt, a.c.stop_kind, a.c.stop_by, j.c.restarts, j.c.request)
+                select(
+                    a.c.job_id,
+                    a.c.attempt,
+                    a.c.state,
+                    a.c.stop_kind,
+                    a.c.stop_by,
+                    j.c.restarts,
+                    j.c.launch_losses,
+                    j.c.request,
+                )
                 .join(j, j.c.id == a.c.job_id)
                 .where(a.c.job_id.in_({k[0] for k in keys}), a.c.state != "ended")
             ).all()

@@ -132,7 +132,8 @@ class Simulation:
         if queue is None:
             known = ", ".join(q.name for q in c.queues)
             raise TraceError(
-                f"job {t.job_id}: queue {queue_name!r} is not in the cluster file (queues: {known})"
+                f"job {t.job_id}: queue {queue_name!r} is not in the cluster file (queues: {known}); "
+                "declare the trace's queues there (examples/philly.yaml does for Philly's VCs)"
             )
         class_name = t.priority or c.default_priority
         pclass = self._classes.get(class_name)

@@ -43,6 +43,9 @@ jobs = Table(
     Column("held", Boolean, nullable=False, server_default=text("false")),
     Column("restarts", Integer, nullable=False, server_default="0"),
     Column("not_before", Float, nullable=False, server_default="0"),
+    # attempts in a row that ended `lost` before any node reported them running (their node could
+    # not launch them, e.g. its lease had expired): each backs off longer, and a budget ends it
+    Column("launch_losses", Integer, nullable=False, server_default="0"),
     Column("submit_time", Float, nullable=False),
     Column("start_time", Float),
     Column("end_time", Float),
