@@ -246,7 +246,7 @@ def parse_job_spec(
 # accepted and they are dropped; `gpus` only when it agrees with replicas x gpus_per_replica.
 SERVER_FIELDS = frozenset(
     {
-        "id", "state", "user", "team", "attempt", "placement", "reason", "reason_code", "held",
+        "id", "state", "user", "team", "attempt", "placement", "reason", "reason_code", "reason_at", "held",
         "priority_class", "restarts", "submit_time", "start_time", "end_time", "exit_code",
     }
 )  # fmt: skip
