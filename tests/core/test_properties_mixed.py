@@ -153,13 +153,43 @@ def test_invariants_hold_over_mixed_histories(data: st.DataObject, policy: str) 
                 state.end(job_id, requeue=stopping, now=now)
 
 
-def fits_idle(state: ClusterState, spec: JobSpec) -> bool:
-    """Brute force: could the gang run on this cluster with nothing else running?"""
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), later=st.sampled_from([1.0, 50.0, 99.0, 100.0, 150.0, 599.0, 600.0, 700.0]))
+def test_no_victim_inside_its_minimum_run_time(data: st.DataObject, later: float) -> None:
+    """A full cluster of low and normal work, then urgent work `later` seconds on (around the
+    minimum run times drawn: 0, 100 or 600 s per class)."""
+    state = data.draw(mixed_clusters())
+    for spec in data.draw(mixed_jobs(state, 0, count=8)):
+        if spec.priority < 1000:
+            state.submit(spec)
+    schedule(state, load_policy("default"), 0.0)
+    for spec in data.draw(mixed_jobs(state, 100, count=3)):
+        state.submit(_at(JobSpec(**{**_fields(spec), "priority": 10000, "priority_class": "urgent"}), later))
+    before = set(state.running)
+    result = schedule(state, load_policy(data.draw(st.sampled_from(["default", "las"]))), later)
+    check_mixed(state, result, before, later, quotas=False)
+
+
+def _fields(spec: JobSpec) -> dict[str, object]:
+    return {f.name: getattr(spec, f.name) for f in fields(spec)}
+
+
+def fits_idle(state: ClusterState, spec: JobSpec, quotas: bool) -> bool | None:
+    """Brute force: could the gang run on this cluster with nothing else running? None when the
+    answer depends on how much the queue may borrow (past its quota, more than no queue's quota
+    covers: cohorts and lending limits decide, under a policy that admits by quota)."""
     queue = state.queues[spec.queue].spec
     if queue.limit is not None and spec.gpus > queue.limit:
         return False
     if not spec.preemptible and spec.gpus > queue.quota:  # rejected whatever the policy
         return False
+    unguaranteed = state.total_gpus - sum(q.spec.quota for q in state.queues.values())
+    if quotas and spec.gpus - queue.quota > unguaranteed:
+        return None if _fits(state, spec) else False
+    return _fits(state, spec)
+
+
+def _fits(state: ClusterState, spec: JobSpec) -> bool:
     ok = [n for n, s in enumerate(state.specs)
           if not spec.gpu_model or any(fnmatchcase(s.gpu_model, p) for p in spec.gpu_model)]  # fmt: skip
     topo = state.topology
@@ -190,9 +220,10 @@ def test_a_job_that_fits_an_idle_cluster_starts(data: st.DataObject) -> None:
     policy = data.draw(st.sampled_from(["default", "fifo", "las"]))
     result = schedule(state, load_policy(policy), 0.0)
     started = [s.job for s in result.starts]
-    if fits_idle(state, spec):
+    fits = fits_idle(state, spec, quotas=policy == "default")
+    if fits:
         assert started == [spec.id], f"{spec} fits the idle cluster but waits: {result.reasons.get(spec.id)}"
-    else:
+    elif fits is False:
         assert not started and [r.job for r in result.rejections] == [spec.id], (spec, result)
 
 
@@ -205,7 +236,7 @@ def test_an_idle_cluster_with_work_that_fits_starts_some(data: st.DataObject) ->
         state.submit(spec)
     result = schedule(state, load_policy("default"), 0.0)
     check_mixed(state, result, set(), 0.0)
-    fitting = [s.id for s in specs if fits_idle(state, s)]
+    fitting = [s.id for s in specs if fits_idle(state, s, quotas=True)]
     if fitting:
         assert result.starts, f"idle cluster, {fitting} fit, nothing started: {dict(result.reasons)}"
 
