@@ -145,8 +145,8 @@ def test_invariants_hold_over_mixed_histories(data: st.DataObject, policy: str) 
 
 
 @pytest.mark.xfail(
-    reason="core bug found by this property, not fixed yet: under las a per-node job can start on a "
-    "node beside a per-GPU job started earlier at the same instant (docs/testing.md)",
+    reason="core bug found by this property, not fixed yet: a per-node job's nomination holds only its "
+    "GPUs, so other work starts on the rest of its node before it does (docs/testing.md)",
     strict=False,
 )
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
