@@ -30,7 +30,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from sqlalchemy import func, insert, select, update
 
 from corral.config.cluster_file import parse_cluster_config
@@ -44,7 +43,7 @@ from corral.server.scheduler import Scheduler
 from corral.store import schema
 from corral.store.engine import append_events, dumps, make_engines, upgrade
 from tests.helpers import check_no_double_allocation
-from tests.scenarios.test_scenarios import SCENARIOS, Scenario
+from tests.scenarios.test_scenarios import SCENARIOS, Scenario, load
 
 STOPPED_EXIT = 143  # how a worker ends on the checkpoint signal (128 + SIGTERM)
 LIVE = ("starting", "running", "stopping")
@@ -106,7 +105,7 @@ class ServerScenario:
     def __init__(self, path: Path, url: str) -> None:
         self.name = path.name
         self.where = path.name
-        self.doc: dict[str, Any] = yaml.safe_load(path.read_text())
+        self.doc: dict[str, Any] = load(path)
         self.cluster = parse_cluster_config(self.doc["cluster"], source=path.name)
         self.clock = Clock()
         self.ids: dict[str, str] = {}  # scenario id -> server id

@@ -347,17 +347,18 @@ def test_gang_ends_on_every_node(lab: Server) -> None:
         a.run(gang)
         b.run(gang)
         assert {p["node"] for p in job(c, gang)["placement"]} == {"dgx01", "dgx02"}
+        # the job that waits for the gang's GPUs can only go to dgx02, the node that did not fail
+        assert c.post("/v1/nodes/dgx01/cordon", json={"reason": "test"}).status_code == 200
         waiting = submit(c, queue="research", gpus_per_replica=8)["id"]
         a.exit(gang, 1, 1, rank=0)  # one node's workers fail: the gang is over on both nodes
         assert wait_state(c, gang, "failed")["exit_code"] == 1
+        # both orders are committed before dgx02 fetches any: it must get the stop first
+        assert wait_state(c, waiting, "starting")["placement"][0]["node"] == "dgx02"
         stop = b.expect("stop", gang, 1)
         assert stop["grace"] == 0
-        # the other node hears of it before it is given anything new on those GPUs
-        placed = wait_state(c, waiting, "starting")["placement"][0]["node"]
-        agent = a if placed == "dgx01" else b
-        started = agent.expect("start", waiting, 1)
-        if agent is b:
-            assert b.seen.index(stop) < b.seen.index(started)
+        started = b.expect("start", waiting, 1)
+        # the other node hears of the stop before it is given anything new on those GPUs
+        assert b.seen.index(stop) < b.seen.index(started), b.seen
         r = b.report(gang, 1, "exited", 137)
         assert r.status_code == 409 and "has ended" in r.json()["error"]
         assert kinds_of(c, gang) == ["submit", "start", "fail"]
