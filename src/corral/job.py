@@ -126,7 +126,9 @@ def record_checkpoint(step: int, *, whole: bool = False, **extra: Any) -> None:
     with _locked(folder):
         complete = _complete_step(folder)
         recorded = _record_of(folder)
-        if complete is not None and (recorded is None or complete > recorded["step"]):
+        # the record follows what the ranks' files say now: it may go down, when a rank's first
+        # record shows that a step rank 0 recorded alone is not the gang's (rank 0 ran ahead)
+        if complete is not None and (recorded is None or complete != recorded["step"]):
             record = {"step": complete, "attempt": attempt(), "rank": _rank(), "time": time.time(), **extra}
             _write_json(folder / RECORD, record)
 

@@ -81,7 +81,7 @@ def test_required_leaf_pack_waits_with_a_reason_when_no_leaf_has_room() -> None:
     assert "wide" not in state.running
     assert result.reasons["wide"].code is Why.TOPOLOGY
     assert "inside one leaf" in result.reasons["wide"].message
-    assert "the most free in any leaf is 12" in result.reasons["wide"].message
+    assert "the most free in one leaf is 12" in result.reasons["wide"].message
     # the cluster does have room across the leaves: the same gang without `required` starts there
     state.submit(job("loose", gpus=8, replicas=2, pack="leaf"))
     assert sorted(started_on(run(state, 2.0))["loose"]) == ["n01", "n03"]
