@@ -71,7 +71,9 @@ CASES: dict[str, Case] = {
     "philly_quarter_default_ckpt_interval_failures": _philly_shared(
         0.25,
         "default",
-        SimOptions(min_interval=30.0, node_mtbf=30 * 86400.0, preemption=PreemptionCost(default_interval=1800.0)),
+        SimOptions(
+            min_interval=30.0, node_mtbf=30 * 86400.0, preemption=PreemptionCost(default_interval=1800.0)
+        ),
     ),
     "overload128_default_3000": _overload(128, 3000, "default"),
     "overload128_las_3000": _overload(128, 3000, "las"),

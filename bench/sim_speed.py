@@ -148,7 +148,9 @@ def main() -> None:
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=args.timeout).stdout
         except subprocess.TimeoutExpired:
-            print(json.dumps({"case": case, "timed_out_s": args.timeout}), "target:", TARGETS[case], flush=True)
+            print(
+                json.dumps({"case": case, "timed_out_s": args.timeout}), "target:", TARGETS[case], flush=True
+            )
             continue
         result = json.loads(out.strip().splitlines()[-1])
         print(json.dumps(result), "target:", TARGETS[case], flush=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
+from collections.abc import Hashable
 from typing import cast
 
 from corral.core import repeats, reserve
@@ -18,10 +19,10 @@ from corral.core.decisions import CycleResult, Nominate, Preempt, Reason, Reject
 from corral.core.fairshare import advance_usage
 from corral.core.jobs import PendingJob, QueueState, RunningAttempt, shape_of
 from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
-from corral.core.placement import Miss, NodeMask, Request, place
+from corral.core.placement import Miss, NodeMask, Request, place, sure_miss
 from corral.core.plugins import Profile
 from corral.core.preempt import NO_CANDIDATES, SameQueue, Selection, ranked_candidates, select_victims
-from corral.core.repeats import Key
+from corral.core.repeats import ADMISSION, CAPACITY, Epoch, Key, Verdict
 from corral.core.request import never_fits, request_for
 from corral.core.state import ClusterState
 
@@ -68,6 +69,7 @@ def _reject_never_fitting(state: ClusterState, profile: Profile, result: CycleRe
 _OWN_BUDGET = (Why.LIMIT, Why.QUOTA, Why.COHORT)  # admission reasons that the queue's own jobs cause
 ONE_JOB_SHORTCUT = True  # a cycle with one pending job considers it without ordering (tests turn it off)
 _UNKNOWN = object()
+_DEFERRED = "; preemption deferred to a later cycle (per-cycle cap reached)"
 _INDICES: dict[int, tuple[int, ...]] = {}
 
 
@@ -93,9 +95,14 @@ class _Cycle:
         self.profile = profile
         self.now = now
         self.result = result
+        self.reasons = result.reasons
         self.reservations: list[reserve.Reservation] = []
         self.reserved_queues: set[str] = set()
-        self.blocked: dict[tuple[object, ...], Reason] = {}
+        # (shape, queue, class, time limit) -> what its first job blocked by capacity was told;
+        # a walk records the jobs it passes lazily (`repeats.Walk.first_blocked`)
+        self.blocked: dict[Hashable, Reason] = {}
+        self.walk_of: dict[QueueName, repeats.Walk] = {}
+        self.ends: tuple[Epoch, float | None] | None = None  # see `backfill_end`
         # (blocked shape, preemptible) -> (queues' use version, reason): while no queue's counted
         # GPUs change, admission answers jobs of one shape alike, so a repeat skips it too
         self.verdicts: dict[int, tuple[int, Reason]] = {}  # keyed by `PendingJob.verdict_key`
@@ -146,13 +153,16 @@ class _Cycle:
         if self.profile.head_of_line:
             return None
         if len(queues) == 1:
-            jobs, shapes = len(queues[0].pending_keys), len(queues[0].by_verdict)
+            jobs, shapes = len(queues[0].pending_keys), len(queues[0].by_family)
         else:
             jobs = sum(len(q.pending_keys) for q in queues)
-            shapes = sum(len(q.by_verdict) for q in queues)
+            shapes = sum(len(q.by_family) for q in queues)
         if jobs <= repeats.FEW_JOBS or shapes > repeats.MANY_SHAPES:
             return None
-        return repeats.Walk(queues, self.now, self.verdicts, self.result.reasons)
+        walk = repeats.Walk(queues, self, self.state.jobs)
+        for q in queues:
+            self.walk_of[q.spec.name] = walk
+        return walk
 
     def _run_global(self) -> None:
         """fifo, sjf, las: one order of every queue's pending jobs."""
@@ -172,7 +182,7 @@ class _Cycle:
                 if not self._after(job, self.consider(job)):
                     return
             return
-        while (look := walk.next(self.state.use_version)) is not None:
+        while (look := walk.next()) is not None:
             result.considered += 1
             self.consider(jobs[look[-1]])  # type: ignore[index]
         walk.finish()
@@ -198,9 +208,7 @@ class _Cycle:
         while heap:
             _, i, q = heap[0]
             walk = walks[i]
-            key = cursors[i] = (
-                repeats.next_key(q.pending_keys, cursors[i]) if walk is None else walk.next(state.use_version)
-            )
+            key = cursors[i] = repeats.next_key(q.pending_keys, cursors[i]) if walk is None else walk.next()
             if key is None:
                 heapq.heappop(heap)  # nothing left in this queue
                 if walk is not None:
@@ -254,7 +262,7 @@ class _Cycle:
                 return False
         req = self._request(job)
         shape = (job.shape, spec.queue, spec.priority, spec.time_limit)  # both set when it was queued
-        cached = self.blocked.get(shape)
+        cached = self._blocked(job, shape)
         if cached is not None:
             reasons[spec.id] = cached
             self.verdicts[verdict_key] = (version, cached)
@@ -271,12 +279,98 @@ class _Cycle:
                 return outcome  # started at once, or nominated and waiting for its victims
         text, code = _capacity_text(self.state, req, placed)
         if self.deferred and self.profile.victims is not None:
-            text += "; preemption deferred to a later cycle (per-cycle cap reached)"
+            text += _DEFERRED
         self.blocked[shape] = Reason(code, text)  # later jobs of this shape wait alike, without a reservation
         reasons[spec.id] = self._reserve(job, req, text, code)
         if self.state.use_version == version:  # what the next job of this shape will be told
             self.verdicts[verdict_key] = (version, self.blocked[shape])
         return False
+
+    def _blocked(self, job: PendingJob, shape: Hashable) -> Reason | None:
+        """What the first job of this (shape, queue, class, time limit) blocked by capacity in this
+        cycle was told (None: none was yet)."""
+        found = self.blocked.get(shape)
+        if found is None and self.walk_of:
+            walk = self.walk_of.get(job.spec.queue)
+            if walk is not None:
+                found = walk.first_blocked(job, shape)
+        return found
+
+    # ---- what a walk may pass over (repeats.Walk) ----------------------------------------------
+    def epoch(self) -> Epoch:
+        """What every answer below depends on, besides static capacity: it changes when any
+        queue's counted GPUs change, a reservation is made, or preemption is deferred."""
+        return (self.state.use_version, len(self.reservations), self.deferred)
+
+    def family_verdict(self, job: PendingJob) -> Verdict | None:
+        """What `consider` would tell an ordinary job of `job`'s family that repeats no verdict and
+        whose (shape, time limit) is not blocked yet, if it cannot start (None: it may start, or
+        looking at it would change the cycle's memory: a victim search, a reservation). Changes
+        nothing. Admission plugins do not read the time limit (`plugins.Admit`)."""
+        state, profile, spec = self.state, self.profile, job.spec
+        queue = state.queues[spec.queue]
+        victims = profile.victims
+        for admit in profile.admits:
+            why = admit.admit(job, queue, state)
+            if why is not None:
+                if (
+                    why.code in _OWN_BUDGET
+                    and victims is not None
+                    and self._may_search_later(self.no_budget_victims, job)
+                ):
+                    return None
+                return Verdict(ADMISSION, why)
+        req = self._request(job)
+        if req.gpus_per_replica == 0 or req.per_node:
+            return None  # placed by scanning nodes: no count bounds its backfill
+        if victims is not None and self._may_search_later(self.no_victims, job):
+            return None
+        if (
+            profile.backfill
+            and spec.queue not in self.reserved_queues
+            and len(self.reservations) < profile.max_reservations
+        ):
+            return None  # it would take its queue's reservation
+        placed = sure_miss(state, req)  # what `place` answers, known without touching the index
+        if placed is None:
+            return None
+        text, code = _capacity_text(state, req, placed)
+        if self.deferred and victims is not None:
+            text += _DEFERRED
+        return Verdict(CAPACITY, Reason(code, text), req)
+
+    def _may_search_later(self, none_up_to: dict[QueueName, int], job: PendingJob) -> bool:
+        """Whether `_may_search` could still search victims for the job, or set `deferred`."""
+        known = none_up_to.get(job.spec.queue)
+        if known is not None and job.spec.priority <= known:
+            return False
+        capped = self.preempt_tries >= self.profile.max_preemption_tries or (
+            len(self.result.nominations) >= self.profile.max_nominations
+        )
+        return not (capped and self.deferred)
+
+    def backfill_end(self) -> float | None:
+        """The latest reservation start S such that lifting every reservation that starts at S or
+        later changes what some node offers (None: none does). A job that ends after S and whose
+        placement misses is tried for backfill (`_backfill`) in vain and without a trace: what it
+        lifts changes nothing, so it misses again. Changes nothing itself."""
+        epoch = self.epoch()
+        if self.ends is not None and self.ends[0] == epoch:
+            return self.ends[1]
+        state, found = self.state, None
+        by_start = sorted(self.reservations, key=lambda r: -r.start)
+        lifted: dict[int, int] = {}
+        i = 0
+        while i < len(by_start) and found is None:
+            start = by_start[i].start
+            while i < len(by_start) and by_start[i].start == start:
+                for node, gpus in by_start[i].capacity:
+                    lifted[node] = lifted.get(node, 0) + gpus
+                i += 1
+            if any(state.available_lifting(n, gpus) != state.index.avail[n] for n, gpus in lifted.items()):
+                found = start
+        self.ends = (epoch, found)
+        return found
 
     def _request(self, job: PendingJob) -> Request:
         req = job.request

@@ -87,6 +87,7 @@ class ClusterState:
         self.use_version = 0  # bumped whenever any queue's counted GPUs change
         self._interned: dict[tuple[object, ...], int] = {}
         self._last_interned = 0
+        self._intern_cap = 1 << 16
         self.key_fn: Callable[[PendingJob], tuple[object, ...]] | None = (
             None  # per-shape results valid until `generation` changes
         )
@@ -105,15 +106,33 @@ class ClusterState:
             state.add_node(spec)
         return state
 
+    def interned(self, key: tuple[object, ...]) -> int | None:
+        """The int `intern` gave this key, if it still holds it (None: none now)."""
+        return self._interned.get(key)
+
     def intern(self, key: tuple[object, ...]) -> int:
         """A small int for a key, never given to another key (cheaper to hash than the tuple)."""
         found = self._interned.get(key)
         if found is None:
-            if len(self._interned) >= 1 << 16:
-                self._interned.clear()  # the ids given stay unique: the counter goes on
+            if len(self._interned) >= self._intern_cap:
+                self._forget_interned()
             self._last_interned += 1
             found = self._interned[key] = self._last_interned
         return found
+
+    def _forget_interned(self) -> None:
+        """Keep only the keys of live jobs (pending or running), with the ids they hold: a key never
+        gets a second id while a job holds the first (the counter goes on for new keys)."""
+        live: dict[tuple[object, ...], int] = {}
+        for job in [*self.jobs.values(), *(a.job for a in self.running.values())]:
+            if job.verdict_key >= 0 and job.shape is not None:
+                spec = job.spec
+                live[((job.shape, spec.queue, spec.priority, spec.time_limit), spec.preemptible)] = (
+                    job.verdict_key
+                )
+                live[(job.shape, spec.queue, spec.priority, spec.preemptible, "family")] = job.family
+        self._interned = live
+        self._intern_cap = max(1 << 16, 2 * len(live))
 
     # ---- nodes -------------------------------------------------------------------------
     def add_node(self, spec: NodeSpec, state: NodeState = NodeState.UP) -> int:
@@ -189,6 +208,13 @@ class ClusterState:
             return 0
         free = self.healthy[node] & ~alloc & ~self.held[node]
         return max(0, free.bit_count() - self.reserved[node])
+
+    def available_lifting(self, node: int, gpus: int) -> int:
+        """A node's available GPUs were `gpus` of its reserved GPUs given back."""
+        if self.node_state[node] is not NodeState.UP or self.exclusive[node]:
+            return 0
+        free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
+        return max(0, free.bit_count() - self.reserved[node] + gpus)
 
     def _refresh(self, node: int) -> None:
         """Recompute a node's available count and move it in the buckets."""
@@ -309,7 +335,9 @@ class ClusterState:
                 job.shape = shape_of(spec)
             shape = (job.shape, spec.queue, spec.priority, spec.time_limit)
             job.verdict_key = self.intern((shape, spec.preemptible))
+            job.family = self.intern((job.shape, spec.queue, spec.priority, spec.preemptible, "family"))
         insort(queue.by_verdict.setdefault(job.verdict_key, []), job.key)
+        insort(queue.by_family.setdefault(job.family, []), job.key)
         job.join(queue.flagged)
         self.jobs[spec.id] = job
 
@@ -322,6 +350,10 @@ class ClusterState:
         del keys[i]
         if not keys:
             del queue.by_verdict[job.verdict_key]
+        keys = queue.by_family[job.family]
+        del keys[bisect_left(keys, job.key)]
+        if not keys:
+            del queue.by_family[job.family]
         job.leave()
 
     def order_key(self, job: PendingJob) -> tuple[object, ...]:
@@ -354,12 +386,15 @@ class ClusterState:
     def resort(self) -> None:
         """Recompute every pending job's order key (after the order policy changed)."""
         for queue in self.queues.values():
-            queue.by_verdict = {}
+            queue.by_verdict, queue.by_family = {}, {}
             for job in queue.pending.values():
                 job.key = self.order_key(job)
                 queue.by_verdict.setdefault(job.verdict_key, []).append(job.key)
+                queue.by_family.setdefault(job.family, []).append(job.key)
             queue.pending_keys = sorted(j.key for j in queue.pending.values())
             for keys in queue.by_verdict.values():
+                keys.sort()
+            for keys in queue.by_family.values():
                 keys.sort()
 
     # ---- attempts ----------------------------------------------------------------------
