@@ -12,7 +12,6 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections.abc import Hashable
-from typing import cast
 
 from corral.core import repeats, reserve
 from corral.core.decisions import CycleResult, Nominate, Preempt, Reason, Reject, Reserve, Start, Why
@@ -45,7 +44,7 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
 
 
 def _reject_never_fitting(state: ClusterState, profile: Profile, result: CycleResult) -> None:
-    cache, filters = state.cache, tuple(map(id, profile.filters))
+    filters = tuple(map(id, profile.filters))
     for job in state.unchecked:
         if job.spec.id not in state.jobs:
             continue
@@ -54,12 +53,13 @@ def _reject_never_fitting(state: ClusterState, profile: Profile, result: CycleRe
         req = request_for(state, job.spec, profile.filters, job.shape)
         job.request, job.request_generation = req, state.generation
         # the answer depends only on the verdict key's fields (shape, queue, preemptible) and on
-        # static capacity: cached per key until the capacity changes (`state.cache` is cleared)
-        key = ("never", job.verdict_key, filters)
-        found = cache.get(key, _UNKNOWN) if job.verdict_key >= 0 else _UNKNOWN
-        if found is _UNKNOWN:
-            found = cache[key] = never_fits(state, job.spec, req)
-        why = cast(str | None, found)
+        # static capacity: cached per key until the capacity changes (`state.caches` is replaced)
+        cache = state.caches.never_fits
+        key = (job.verdict_key, filters)
+        if job.verdict_key >= 0 and key in cache:
+            why = cache[key]
+        else:
+            why = cache[key] = never_fits(state, job.spec, req)
         if why is not None:
             state.remove_pending(job.spec.id)
             result.rejections.append(Reject(job.spec.id, why))
@@ -68,7 +68,6 @@ def _reject_never_fitting(state: ClusterState, profile: Profile, result: CycleRe
 
 _OWN_BUDGET = (Why.LIMIT, Why.QUOTA, Why.COHORT)  # admission reasons that the queue's own jobs cause
 ONE_JOB_SHORTCUT = True  # a cycle with one pending job considers it without ordering (tests turn it off)
-_UNKNOWN = object()
 _DEFERRED = "; preemption deferred to a later cycle (per-cycle cap reached)"
 _INDICES: dict[int, tuple[int, ...]] = {}
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from corral.core.errors import InvariantError
 from corral.core.index import FreeIndex
@@ -30,6 +31,9 @@ from corral.core.occupancy import Occupancy
 from corral.core.plan import Plan
 from corral.core.topology import ClusterTopology
 
+if TYPE_CHECKING:
+    from corral.core.placement import Request
+
 
 @dataclass(frozen=True, slots=True)
 class NodeClass:
@@ -39,6 +43,22 @@ class NodeClass:
     spec: NodeSpec  # the first node of the class, for filters
     nvlink_groups: int
     largest_group: int
+
+
+@dataclass(slots=True)
+class Caches:
+    """Answers per job shape that hold until static capacity (nodes, queues) changes: the state
+    replaces them all then (`ClusterState.caches`)."""
+
+    # placement request per (shape, filter ids) (`request.request_for`)
+    requests: dict[tuple[object, ...], Request] = field(default_factory=dict)
+    # why a job can never fit, per (verdict key, filter ids); None: it can (`cycle`)
+    never_fits: dict[tuple[int, tuple[int, ...]], str | None] = field(default_factory=dict)
+    # most replicas one domain of a span holds when empty, per (request, span) (`request`)
+    static_capacity: dict[tuple[Request, int], int] = field(default_factory=dict)
+    any_quota: bool | None = None  # whether any queue has a quota (`fairshare`)
+    # every queue's borrowing room, at the queues' use version it was computed for (`fairshare`)
+    borrow_rooms: tuple[int, dict[str, tuple[int, int]]] | None = None
 
 
 class ClusterState:
@@ -83,7 +103,7 @@ class ClusterState:
         self.unchecked: list[PendingJob] = []  # submitted since the last cycle: feasibility not checked
         self.usage_time: float | None = None
         self.generation = 0  # bumped whenever static capacity changes (nodes, queues)
-        self.cache: dict[object, object] = {}
+        self.caches = Caches()
         self.use_version = 0  # bumped whenever any queue's counted GPUs change
         self._interned: dict[tuple[object, ...], int] = {}
         self._last_interned = 0
@@ -179,7 +199,7 @@ class ClusterState:
         self.total_cpus += spec.cpus
         self.total_memory += spec.memory_gib
         self.generation += 1
-        self.cache.clear()
+        self.caches = Caches()
         self._refresh(node)
         return node
 
@@ -308,7 +328,7 @@ class ClusterState:
         else:
             self.queues[spec.name] = QueueState(spec)
         self.generation += 1
-        self.cache.clear()
+        self.caches = Caches()
 
     def submit(
         self, spec: JobSpec, attempts: int = 0, attained: float = 0.0, true_duration: float | None = None
