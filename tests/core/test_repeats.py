@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corral.core import cycle, repeats
+from corral.core import order, repeats
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult
 from corral.core.model import JobId, JobSpec, NodeName, NodeSpec, QueueName, QueueSpec
@@ -106,7 +106,7 @@ def test_passing_over_repeats_changes_nothing(seed: int, policy: str) -> None:
         walked = play(seed, policy)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(repeats, "MANY_SHAPES", -1)  # look at every job
-        patch.setattr(cycle, "ONE_JOB_SHORTCUT", False)  # even when only one waits
+        patch.setattr(order, "ONE_JOB_SHORTCUT", False)  # even when only one waits
         looked = play(seed, policy)
     assert walked == looked
 
@@ -127,6 +127,6 @@ def test_passing_over_jobs_no_backfill_window_holds_changes_nothing(
         walked = play(seed, policy, limits)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(repeats, "MANY_SHAPES", -1)
-        patch.setattr(cycle, "ONE_JOB_SHORTCUT", False)
+        patch.setattr(order, "ONE_JOB_SHORTCUT", False)
         looked = play(seed, policy, limits)
     assert walked == looked

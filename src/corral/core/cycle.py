@@ -9,19 +9,18 @@ state; reservations are dropped at the end (they are recomputed every cycle).
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left
 from collections.abc import Hashable
 
-from corral.core import repeats, reserve
-from corral.core.decisions import CycleResult, Nominate, Preempt, Reason, Reject, Reserve, Start, Why
+from corral.core import order, repeats, reserve
+from corral.core.decisions import CycleResult, Reason, Reject, Reserve, Start, Why
 from corral.core.fairshare import advance_usage
-from corral.core.jobs import PendingJob, QueueState, RunningAttempt, shape_of
+from corral.core.jobs import PendingJob, shape_of
 from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
 from corral.core.placement import Miss, NodeMask, Request, place, sure_miss
 from corral.core.plugins import Profile
-from corral.core.preempt import NO_CANDIDATES, SameQueue, Selection, ranked_candidates, select_victims
-from corral.core.repeats import ADMISSION, CAPACITY, Epoch, Key, Verdict
+from corral.core.preemption import Preemption
+from corral.core.repeats import ADMISSION, CAPACITY, Epoch, Verdict
 from corral.core.request import never_fits, request_for
 from corral.core.state import ClusterState
 
@@ -67,7 +66,6 @@ def _reject_never_fitting(state: ClusterState, profile: Profile, result: CycleRe
 
 
 _OWN_BUDGET = (Why.LIMIT, Why.QUOTA, Why.COHORT)  # admission reasons that the queue's own jobs cause
-ONE_JOB_SHORTCUT = True  # a cycle with one pending job considers it without ordering (tests turn it off)
 _DEFERRED = "; preemption deferred to a later cycle (per-cycle cap reached)"
 _INDICES: dict[int, tuple[int, ...]] = {}
 
@@ -106,123 +104,10 @@ class _Cycle:
         # GPUs change, admission answers jobs of one shape alike, so a repeat skips it too
         self.verdicts: dict[int, tuple[int, Reason]] = {}  # keyed by `PendingJob.verdict_key`
         self.started: dict[QueueName, list[JobId]] = {}
-        self.no_victims: dict[QueueName, int] = {}  # queue -> highest class found to have no candidates
-        self.no_budget_victims: dict[QueueName, int] = {}  # the same, among the queue's own jobs
-        self.preempt_tries = 0
-        self.deferred = False  # a job skipped preemption because of the per-cycle caps
+        self.preemption = Preemption(self)
 
-    # ---- order ---------------------------------------------------------------------------
     def run(self) -> None:
-        jobs = self.state.jobs
-        if len(jobs) == 1 and ONE_JOB_SHORTCUT:  # one pending job (the usual cycle): every order
-            # reaches it first, and nothing repeats a verdict yet
-            job = next(iter(jobs.values()))
-            self.result.considered += 1
-            self._after(job, self.consider(job))
-            return
-        if self.profile.queue_order is None:
-            self._run_global()
-        else:
-            self._run_fair()
-
-    def _repeats(self, job: PendingJob) -> bool:
-        """A job of a shape already answered while no queue's count changed: give it that reason."""
-        verdict = self.verdicts.get(job.verdict_key)
-        if verdict is None or verdict[0] != self.state.use_version or job.is_flagged(self.now):
-            return False
-        self.result.reasons[job.spec.id] = verdict[1]
-        return True
-
-    def _after(self, job: PendingJob, started: bool) -> bool:
-        """Strict FIFO: False when the cycle stops behind a job that did not start."""
-        reasons = self.result.reasons
-        if started or not self.profile.head_of_line or job.spec.id not in reasons:
-            return True
-        if reasons[job.spec.id].code in (Why.HELD, Why.BACKOFF):
-            return True
-        self.result.others = Reason(
-            Why.HEAD_OF_LINE, f"waiting behind job {job.spec.id} (strict FIFO: no job skips the head)"
-        )
-        return False
-
-    def _walk(self, queues: list[QueueState]) -> repeats.Walk | None:
-        """A walk that passes over jobs repeating an answer (None: look at every job: a strict
-        FIFO passes over none, and with very few jobs or very many shapes looking at each job
-        costs less)."""
-        if self.profile.head_of_line:
-            return None
-        if len(queues) == 1:
-            jobs, shapes = len(queues[0].pending_keys), len(queues[0].by_family)
-        else:
-            jobs = sum(len(q.pending_keys) for q in queues)
-            shapes = sum(len(q.by_family) for q in queues)
-        if jobs <= repeats.FEW_JOBS or shapes > repeats.MANY_SHAPES:
-            return None
-        walk = repeats.Walk(queues, self, self.state.jobs)
-        for q in queues:
-            self.walk_of[q.spec.name] = walk
-        return walk
-
-    def _run_global(self) -> None:
-        """fifo, sjf, las: one order of every queue's pending jobs."""
-        queues = [q for q in self.state.queues.values() if q.pending_keys]
-        if not queues:
-            return
-        jobs, result = self.state.jobs, self.result
-        walk = self._walk(queues)
-        if walk is None:  # one job at a time
-            hol = self.profile.head_of_line
-            lists = [q.pending_keys for q in queues]
-            for key in lists[0] if len(lists) == 1 else heapq.merge(*lists):
-                job = jobs[key[-1]]  # type: ignore[index]
-                result.considered += 1
-                if not hol and self._repeats(job):
-                    continue
-                if not self._after(job, self.consider(job)):
-                    return
-            return
-        while (look := walk.next()) is not None:
-            result.considered += 1
-            self.consider(jobs[look[-1]])  # type: ignore[index]
-        walk.finish()
-        result.considered += walk.passed
-
-    def _run_fair(self) -> None:
-        """default: queues by fair share (re-keyed after each change of the served queue's count).
-
-        Nothing changes while a queue's jobs repeat an answer, so the queue keeps its turn.
-        """
-        order = self.profile.queue_order
-        assert order is not None
-        state, result = self.state, self.result
-        heap: list[tuple[tuple[object, ...], int, QueueState]] = []
-        cursors: dict[int, Key | None] = {}
-        walks: dict[int, repeats.Walk | None] = {}
-        for i, q in enumerate(state.queues.values()):
-            if q.pending_keys:
-                heap.append((order.key(q, state), i, q))
-                cursors[i] = None
-                walks[i] = self._walk([q])
-        heapq.heapify(heap)
-        while heap:
-            _, i, q = heap[0]
-            walk = walks[i]
-            key = cursors[i] = repeats.next_key(q.pending_keys, cursors[i]) if walk is None else walk.next()
-            if key is None:
-                heapq.heappop(heap)  # nothing left in this queue
-                if walk is not None:
-                    walk.finish()
-                    result.considered += walk.passed
-                continue
-            result.considered += 1
-            job = q.pending[key[-1]]  # type: ignore[index]
-            if walk is None and not self.profile.head_of_line and self._repeats(job):
-                continue
-            before = q.effective_gpus
-            if not self._after(job, self.consider(job)):
-                return
-            if q.effective_gpus != before:
-                heapq.heapreplace(heap, (order.key(q, state), i, q))
+        order.run(self)
 
     # ---- one job ----------------------------------------------------------------------------
     def consider(self, job: PendingJob) -> bool:
@@ -239,7 +124,7 @@ class _Cycle:
                     Why.BACKOFF, f"restart backoff: may start at t+{job.not_before - self.now:.0f}s"
                 )
                 return False
-            if job.nomination is not None and self._nominated(job):
+            if job.nomination is not None and self.preemption.nominated(job):
                 return True
             if job.nomination is not None:
                 return False
@@ -253,13 +138,13 @@ class _Cycle:
             why = admit.admit(job, queue, self.state)
             if why is not None:
                 if why.code in _OWN_BUDGET and self.profile.victims is not None:
-                    outcome = self._preempt_for_budget(job, queue)
+                    outcome = self.preemption.for_budget(job, queue)
                     if outcome is not None:
                         return outcome  # nominated (or started) after preempting its own queue's jobs
                 reasons[spec.id] = why
                 self.verdicts[verdict_key] = (version, why)
                 return False
-        req = self._request(job)
+        req = self.request(job)
         shape = (job.shape, spec.queue, spec.priority, spec.time_limit)  # both set when it was queued
         cached = self._blocked(job, shape)
         if cached is not None:
@@ -268,16 +153,16 @@ class _Cycle:
             return False
         placed = place(self.state, req, job.avoid_nodes)
         if isinstance(placed, list):
-            self._start(job, placed, backfilled=False)
+            self.start_job(job, placed, backfilled=False)
             return True
         if self.reservations and spec.time_limit is not None and self._backfill(job, req):
             return True
         if self.profile.victims is not None:
-            outcome = self._preempt(job, req)
+            outcome = self.preemption.preempt(job, req)
             if outcome is not None:
                 return outcome  # started at once, or nominated and waiting for its victims
         text, code = _capacity_text(self.state, req, placed)
-        if self.deferred and self.profile.victims is not None:
+        if self.preemption.deferred and self.profile.victims is not None:
             text += _DEFERRED
         self.blocked[shape] = Reason(code, text)  # later jobs of this shape wait alike, without a reservation
         reasons[spec.id] = self._reserve(job, req, text, code)
@@ -299,7 +184,7 @@ class _Cycle:
     def epoch(self) -> Epoch:
         """What every answer below depends on, besides static capacity: it changes when any
         queue's counted GPUs change, a reservation is made, or preemption is deferred."""
-        return (self.state.use_version, len(self.reservations), self.deferred)
+        return (self.state.use_version, len(self.reservations), self.preemption.deferred)
 
     def family_verdict(self, job: PendingJob) -> Verdict | None:
         """What `consider` would tell an ordinary job of `job`'s family that repeats no verdict and
@@ -315,14 +200,14 @@ class _Cycle:
                 if (
                     why.code in _OWN_BUDGET
                     and victims is not None
-                    and self._may_search_later(self.no_budget_victims, job)
+                    and self.preemption.may_search_later(self.preemption.no_budget_victims, job)
                 ):
                     return None
                 return Verdict(ADMISSION, why)
-        req = self._request(job)
+        req = self.request(job)
         if req.gpus_per_replica == 0 or req.per_node:
             return None  # placed by scanning nodes: no count bounds its backfill
-        if victims is not None and self._may_search_later(self.no_victims, job):
+        if victims is not None and self.preemption.may_search_later(self.preemption.no_victims, job):
             return None
         if (
             profile.backfill
@@ -334,19 +219,9 @@ class _Cycle:
         if placed is None:
             return None
         text, code = _capacity_text(state, req, placed)
-        if self.deferred and victims is not None:
+        if self.preemption.deferred and victims is not None:
             text += _DEFERRED
         return Verdict(CAPACITY, Reason(code, text), req)
-
-    def _may_search_later(self, none_up_to: dict[QueueName, int], job: PendingJob) -> bool:
-        """Whether `_may_search` could still search victims for the job, or set `deferred`."""
-        known = none_up_to.get(job.spec.queue)
-        if known is not None and job.spec.priority <= known:
-            return False
-        capped = self.preempt_tries >= self.profile.max_preemption_tries or (
-            len(self.result.nominations) >= self.profile.max_nominations
-        )
-        return not (capped and self.deferred)
 
     def backfill_end(self) -> float | None:
         """The latest reservation start S such that lifting every reservation that starts at S or
@@ -371,14 +246,17 @@ class _Cycle:
         self.ends = (epoch, found)
         return found
 
-    def _request(self, job: PendingJob) -> Request:
+    def request(self, job: PendingJob) -> Request:
         req = job.request
         if not isinstance(req, Request) or job.request_generation != self.state.generation:
             req = request_for(self.state, job.spec, self.profile.filters, job.shape)
             job.request, job.request_generation = req, self.state.generation
         return req
 
-    def _start(
+    def placement_of(self, placed: list[NodeMask]) -> Placement:
+        return to_placement(self.state, placed)
+
+    def start_job(
         self, job: PendingJob, placed: list[NodeMask], backfilled: bool, allocated: bool = True
     ) -> None:
         attempt = self.state.start(job, placed, self.now, allocated)
@@ -387,30 +265,6 @@ class _Cycle:
         )
         self.started.setdefault(job.spec.queue, []).append(job.spec.id)
         self.result.reasons.drop(job.spec.id)
-
-    def _nominated(self, job: PendingJob) -> bool:
-        """Start a nominated job once its victims have stopped (all of them: some may have been
-        taken to make room in its queue's quota or limit, away from its GPUs) and its GPUs are
-        free; drop a nomination that cannot come true."""
-        state = self.state
-        nomination = job.nomination
-        assert nomination is not None
-        broken = any(
-            not state.is_schedulable(n) or state.healthy[n] & mask != mask for n, mask in nomination.placement
-        )
-        left = [v for v in nomination.victims if v in state.running]
-        busy = any(state.alloc[n] & mask for n, mask in nomination.placement)
-        if broken or (busy and not left):
-            state.drop_nomination(job)
-            return self.consider(job)
-        if left:
-            self.result.reasons[job.spec.id] = Reason(
-                Why.NOMINATED, f"preempted {', '.join(sorted(left))} for it; starts when they stop"
-            )
-            return False
-        state.drop_nomination(job)
-        self._start(job, nomination.placement, backfilled=False, allocated=False)
-        return True
 
     def _backfill(self, job: PendingJob, req: Request) -> bool:
         """Start a job that ends before every reservation it would touch (EASY backfill)."""
@@ -427,120 +281,8 @@ class _Cycle:
             return False
         for r in lifted:
             reserve.hold(state, r)
-        self._start(job, placed, backfilled=True)
+        self.start_job(job, placed, backfilled=True)
         return True
-
-    def _may_search(self, none_up_to: dict[QueueName, int], job: PendingJob) -> bool:
-        """Whether to search victims for the job: not when its queue was found to have none for
-        its class or a higher one (candidates only shrink during a cycle), nor past the per-cycle
-        caps (counted here; the reason then says preemption was deferred)."""
-        known = none_up_to.get(job.spec.queue)
-        if known is not None and job.spec.priority <= known:
-            return False
-        if self.preempt_tries >= self.profile.max_preemption_tries or (
-            len(self.result.nominations) >= self.profile.max_nominations
-        ):
-            self.deferred = True
-            return False
-        self.preempt_tries += 1
-        return True
-
-    def _preempt(self, job: PendingJob, req: Request) -> bool | None:
-        """Nominate the job to GPUs freed by preempting whole gangs, if the policy allows.
-
-        None: no preemption; False: nominated, waiting for the victims; True: started.
-        """
-        victims_plugin = self.profile.victims
-        assert victims_plugin is not None
-        state = self.state
-        if not self._may_search(self.no_victims, job):
-            return None
-        selection = select_victims(state, victims_plugin, job, req, self.now)
-        if selection is NO_CANDIDATES:
-            _none_up_to(self.no_victims, job)
-            return None
-        refused = isinstance(selection, Selection) and not victims_plugin.permit(
-            job, selection.victims, state, self.now
-        )
-        if (
-            refused
-        ):  # the set mixes queues in a way reclaim forbids: its own queue's lower classes may still do
-            selection = select_victims(state, SameQueue(victims_plugin), job, req, self.now)
-        if not isinstance(selection, Selection) or not selection.victims:
-            return None
-        if not victims_plugin.permit(job, selection.victims, state, self.now):
-            return None
-        return self._nominate(job, selection.placement, selection.victims, "to free its GPUs")
-
-    def _preempt_for_budget(self, job: PendingJob, queue: QueueState) -> bool | None:
-        """A job its own queue's quota or limit keeps out: preempt lower-class jobs of that queue
-        (only) until it is admitted, and free a placement for it (Kueue's withinClusterQueue).
-
-        None: no such preemption; False: nominated, waiting for the victims; True: started.
-        """
-        victims_plugin = self.profile.victims
-        assert victims_plugin is not None
-        state, spec, now = self.state, job.spec, self.now
-        if not self._may_search(self.no_budget_victims, job):
-            return None
-        narrowed = SameQueue(victims_plugin)
-        ranked = ranked_candidates(state, narrowed, job, now)
-        if not ranked:
-            _none_up_to(self.no_budget_victims, job)
-            return None
-        selection = select_victims(state, narrowed, job, self._request(job), now)
-        if not isinstance(selection, Selection):
-            return None  # even its queue's lower classes do not free a placement for it
-        victims = list(selection.victims)
-        taken = {id(v) for v in victims}
-        freed = sum(v.spec.gpus for v in victims)
-        for candidate in ranked:
-            if self._admitted(job, queue, freed):
-                break
-            if id(candidate) not in taken:
-                taken.add(id(candidate))
-                victims.append(candidate)
-                freed += candidate.spec.gpus
-        else:
-            if not self._admitted(job, queue, freed):
-                return None
-        if not victims or not victims_plugin.permit(job, victims, state, now):
-            return None
-        return self._nominate(job, selection.placement, victims, f"to make room in queue {spec.queue}")
-
-    def _admitted(self, job: PendingJob, queue: QueueState, freed: int) -> bool:
-        """Whether every admission plugin admits the job once `freed` GPUs of its queue have left."""
-        queue.leaving_gpus += freed
-        try:
-            return all(admit.admit(job, queue, self.state) is None for admit in self.profile.admits)
-        finally:
-            queue.leaving_gpus -= freed
-
-    def _nominate(
-        self, job: PendingJob, placed: list[NodeMask], victims: list[RunningAttempt], why: str
-    ) -> bool:
-        """Preempt the victims and nominate the job to `placed` (it starts at once when nothing it
-        waits for is running)."""
-        state = self.state
-        placement = to_placement(state, placed)
-        ids = tuple(v.spec.id for v in victims)
-        for v in victims:
-            deadline = self.now + v.spec.checkpoint_grace
-            state.mark_preempting(v.spec.id, deadline, job.spec.id)
-            reason = (
-                f"preempted by {job.spec.id}"
-                if v.spec.queue == job.spec.queue
-                else f"reclaimed by queue {job.spec.queue} for {job.spec.id}"
-            )
-            self.result.preemptions.append(Preempt(v.spec.id, v.attempt, job.spec.id, deadline, reason))
-        state.nominate(job, placed, frozenset(ids), self.now)
-        self.result.nominations.append(Nominate(job.spec.id, placement, ids))
-        self.result.reasons[job.spec.id] = Reason(
-            Why.NOMINATED, f"preempting {', '.join(ids)} {why}; starts when they stop"
-        )
-        if not any(state.alloc[n] & m for n, m in placed):
-            return self._nominated(job)
-        return False
 
     def _reserve(self, job: PendingJob, req: Request, text: str, code: Why) -> Reason:
         """Reserve capacity for the first capacity-blocked job of its queue; the reason it waits."""
@@ -575,12 +317,6 @@ class _Cycle:
                 self.state.unqueue(queue, job)
                 del keys[bisect_left(keys, job.key)]
                 job.key = ()
-
-
-def _none_up_to(none_up_to: dict[QueueName, int], job: PendingJob) -> None:
-    """Remember that the job's queue has no victims for its class (nor, so, for any lower)."""
-    known = none_up_to.get(job.spec.queue)
-    none_up_to[job.spec.queue] = job.spec.priority if known is None else max(known, job.spec.priority)
 
 
 def _capacity_text(state: ClusterState, req: Request, miss: Miss) -> tuple[str, Why]:
