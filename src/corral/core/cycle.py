@@ -221,7 +221,7 @@ class _Cycle:
         text, code = _capacity_text(state, req, placed)
         if self.preemption.deferred and victims is not None:
             text += _DEFERRED
-        return Verdict(CAPACITY, Reason(code, text), req)
+        return Verdict(CAPACITY, Reason(code, text))
 
     def backfill_end(self) -> float | None:
         """The latest reservation start S such that lifting every reservation that starts at S or

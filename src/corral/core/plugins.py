@@ -31,9 +31,10 @@ class QueueOrder(Protocol):
 class Admit(Protocol):
     """Quotas and limits: None admits the job, a Reason keeps it waiting.
 
-    The answer may depend only on the job's spec (its shape, queue, class, time limit and
-    preemptibility) and on the queues' counted GPUs: a cycle reuses it for the next job of the
-    same shape while no queue's count has changed (`ClusterState.use_version`).
+    The answer may depend only on the job's spec (its shape, queue, class and preemptibility,
+    not its time limit) and on the queues' counted GPUs: a cycle reuses it for the other jobs of
+    the same family (jobs that differ at most by their time limits) while no queue's count has
+    changed (`ClusterState.use_version`; `core/repeats.py`).
     """
 
     def admit(self, job: PendingJob, queue: QueueState, state: ClusterState) -> Reason | None: ...

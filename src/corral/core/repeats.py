@@ -7,11 +7,13 @@ deferred), every ordinary job of a family is told the same thing, except the job
 backfill window could hold (`Judge.family_verdict` says what, without side effects):
 - a family that admission keeps out (and whose queue has no victims to search) gets the reason
   as one run;
-- a family that capacity keeps out (placement misses, no preemption search would run, no
-  reservation would be taken) passes over every job that no backfill window can hold: a job
-  whose time limit ends after the latest reservation start that, lifted with every later one,
-  leaves the cluster GPUs enough by count (`Judge.backfill_end`); the others stop the walk and
-  are looked at, unless their (shape, time limit) was already blocked this cycle.
+- a family that capacity keeps out (placement misses, as counts alone tell, no victim search
+  would run, no reservation would be taken) passes over every job whose backfill attempt would
+  change nothing: one whose time limit ends after the latest reservation start whose lifting,
+  with every later one, changes what some node offers (`Judge.backfill_end`; such an attempt
+  lifts nothing that matters, misses again and leaves no trace, not even in the index's order);
+  the others stop the walk and are looked at, unless their (shape, time limit) was already
+  blocked this cycle (then `consider` tries no backfill for them either).
 A job blocked by capacity is told what the first job of its (shape, queue, class, time limit)
 blocked in this cycle was told (`_Cycle.blocked`), which a run records lazily: `first_blocked`
 finds it from the runs. Flagged jobs (held, nominated, backing off, kept off nodes) always stop
@@ -31,7 +33,6 @@ from typing import Protocol
 from corral.core.decisions import Reason, Reasons
 from corral.core.jobs import PendingJob, QueueState
 from corral.core.model import JobId
-from corral.core.placement import Request
 from corral.core.state import ClusterState
 
 Key = tuple[object, ...]
@@ -48,7 +49,6 @@ class Verdict:
 
     kind: int  # ADMISSION, CAPACITY, or REPEAT (one verdict key only: its current verdict)
     reason: Reason
-    req: Request | None = None  # CAPACITY: the family's request, for the backfill windows
 
 
 class Judge(Protocol):
