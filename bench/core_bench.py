@@ -683,6 +683,7 @@ INFO["backlog"] = [
     ("pending", "pending jobs"),
     ("first_cycle_ms", "first cycle ms (every job new)"),
     ("first_check_ms", "  of which feasibility check ms"),
+    ("idle_cycle_max_ms", "  the slowest of five ms"),
     ("idle_considered", "jobs the idle cycle reached"),
     ("ended", "attempts ended"),
     ("freed_gpus", "GPUs they freed"),

@@ -80,6 +80,7 @@ class Family:
         "keys",
         "los",
         "pos",
+        "preemptible",
         "queue",
         "runs",
         "scan_end",
@@ -96,11 +97,13 @@ class Family:
         self.token = 0  # its entry in the heap, if any, carries the current token
         self.verdict: Verdict | None = None  # passive while it has one (for the current epoch)
         self.flags: list[Key] = []  # its flagged jobs' keys, sorted
-        self.runs: list[tuple[int, int, Reason]] = []  # [lo, hi) passed as blocked by capacity
-        self.los: list[int] = []  # each run's lo
+        # the runs it passed as blocked by capacity: (first key, last key, reason), in order
+        self.runs: list[tuple[Key, Key, Reason]] = []
+        self.los: list[Key] = []  # each run's first key
         self.scan_pos = 0  # the jobs from `pos` to here cannot backfill by `scan_end`
         self.scan_end = -1.0
         self.base: tuple[object, ...] | None = None  # (shape, queue, class) of its jobs
+        self.preemptible = True  # ... and their preemptibility (both set by `Walk._twins`)
 
 
 class Walk:
@@ -132,6 +135,7 @@ class Walk:
         self.last: tuple[Family, PendingJob] | None = None  # ... its family and itself
         self.passed = 0  # jobs passed over (given a reason without a look)
         self.bases: dict[tuple[object, ...], list[Family]] | None = None
+        self.done = False  # finished: every job was passed or looked at
 
     # ---- the walk ------------------------------------------------------------------------
     def next(self) -> Key | None:
@@ -183,14 +187,13 @@ class Walk:
             if not fam.runs:
                 continue
             uniform = self._uniform(fam, by_base)
-            for lo, hi, reason in fam.runs:
+            for lo_key, hi_key, reason in fam.runs:
+                keys = fam.keys[bisect_left(fam.keys, lo_key) : bisect_right(fam.keys, hi_key)]
                 if uniform is not None:
-                    reasons.add_run(fam.keys[lo:hi], uniform)
-                    continue
-                for key in fam.keys[lo:hi]:
-                    job = self.jobs[key[-1]]  # type: ignore[index]
-                    found = self.first_blocked(job, blocked_key(job))
-                    reasons[job.spec.id] = reason if found is None else found
+                    reasons.add_run(keys, uniform)
+                else:  # resolved when read (the simulator never reads them)
+                    reasons.add_lazy_run(keys, _FirstBlocked(self, reason))
+        self.done = True
 
     def _cut(self, everything: bool = False) -> None:
         """The epoch changed (or the walk ended): passive families' jobs up to the last job handed
@@ -237,8 +240,8 @@ class Walk:
         verdict = fam.verdict
         assert verdict is not None
         if verdict.kind == CAPACITY:
-            fam.runs.append((lo, hi, verdict.reason))
-            fam.los.append(lo)
+            fam.runs.append((fam.keys[lo], fam.keys[hi - 1], verdict.reason))
+            fam.los.append(fam.keys[lo])
         else:
             self.judge.reasons.add_run(fam.keys[lo:hi], verdict.reason)
         self.passed += hi - lo
@@ -286,12 +289,12 @@ class Walk:
         if found is not None:
             return found
         best: tuple[Key, Reason] | None = None
-        limit, preemptible = job.spec.time_limit, job.spec.preemptible
+        preemptible = job.spec.preemptible
         for fam in self._twins(job):
-            twin = self.jobs[fam.keys[0][-1]].spec.preemptible  # type: ignore[index]
+            twin = fam.preemptible
             vk = job.verdict_key if twin == preemptible else self._twin_key(job, twin)
             keys = fam.queue.by_verdict.get(vk) if vk is not None else None
-            hit = self._first_run(fam, keys, limit) if keys else None
+            hit = self._first_run(fam, keys) if keys else None
             if hit is not None and (best is None or hit[0] < best[0]):
                 best = hit
         if best is None:
@@ -299,21 +302,22 @@ class Walk:
         blocked[shape] = best[1]
         return best[1]
 
-    def _first_run(self, fam: Family, keys: list[Key], limit: float | None) -> tuple[Key, Reason] | None:
-        """The first of `keys` (a verdict key's jobs, of `fam`) passed in one of its capacity runs."""
-        verdict, open_hi = fam.verdict, fam.pos
-        if verdict is not None and verdict.kind == CAPACITY and self.at is not None:
-            open_hi = bisect_right(fam.keys, self.at, fam.pos)  # passed, not yet recorded
-        los = fam.los
+    def _first_run(self, fam: Family, keys: list[Key]) -> tuple[Key, Reason] | None:
+        """The first of `keys` (a verdict key's jobs, of `fam`) passed in one of its capacity runs
+        (so far; the open run of a passive family counts)."""
+        verdict, end = fam.verdict, None  # end: the first key not yet passed or looked at
+        if not self.done and fam.pos < len(fam.keys):
+            end = fam.keys[fam.pos]
+        los, runs = fam.los, fam.runs
         for key in keys:
-            i = bisect_left(fam.keys, key)
-            if i >= fam.pos:
-                if i < open_hi and verdict is not None:
-                    return key, verdict.reason
+            if end is not None and key >= end:
+                at = self.at
+                if verdict is not None and verdict.kind == CAPACITY and at is not None and key < at:
+                    return key, verdict.reason  # passed, not yet recorded
                 return None
-            j = bisect_right(los, i) - 1
-            if j >= 0 and i < fam.runs[j][1]:
-                return key, fam.runs[j][2]
+            j = bisect_right(los, key) - 1
+            if j >= 0 and key <= runs[j][1]:
+                return key, runs[j][2]
         return None
 
     def _twins(self, job: PendingJob) -> list[Family]:
@@ -323,6 +327,7 @@ class Walk:
             for fam in self.families:
                 first = self.jobs[fam.keys[0][-1]]  # type: ignore[index]
                 fam.base = (first.shape, first.spec.queue, first.spec.priority)
+                fam.preemptible = first.spec.preemptible
                 self.bases.setdefault(fam.base, []).append(fam)
         return self.bases.get((job.shape, job.spec.queue, job.spec.priority), [])
 
@@ -340,6 +345,22 @@ class Walk:
             reasons.update(reason for _, _, reason in twin.runs)
         reasons.update(by_base.get(base, ()))
         return next(iter(reasons)) if len(reasons) == 1 else None
+
+
+class _FirstBlocked:
+    """A capacity run's reason for one job, resolved when read: what its (shape, time limit) was
+    first told (the run's own reason when the job has left meanwhile)."""
+
+    __slots__ = ("reason", "walk")
+
+    def __init__(self, walk: Walk, reason: Reason) -> None:
+        self.walk = walk
+        self.reason = reason
+
+    def __call__(self, job_id: JobId) -> Reason:
+        job = self.walk.jobs.get(job_id)
+        found = None if job is None else self.walk.first_blocked(job, blocked_key(job))
+        return self.reason if found is None else found
 
 
 def blocked_key(job: PendingJob) -> tuple[object, ...]:
