@@ -75,6 +75,8 @@ CASES: dict[str, Case] = {
             min_interval=30.0, node_mtbf=30 * 86400.0, preemption=PreemptionCost(default_interval=1800.0)
         ),
     ),
+    "overload128_default_1000": _overload(128, 1000, "default"),
+    "overload128_las_1000": _overload(128, 1000, "las"),
     "overload128_default_3000": _overload(128, 3000, "default"),
     "overload128_las_3000": _overload(128, 3000, "las"),
     "overload64_default_2000": _overload(64, 2000, "default"),

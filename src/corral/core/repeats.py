@@ -78,7 +78,6 @@ class Family:
         "flags",
         "index",
         "keys",
-        "los",
         "pos",
         "preemptible",
         "queue",
@@ -99,7 +98,6 @@ class Family:
         self.flags: list[Key] = []  # its flagged jobs' keys, sorted
         # the runs it passed as blocked by capacity: (first key, last key, reason), in order
         self.runs: list[tuple[Key, Key, Reason]] = []
-        self.los: list[Key] = []  # each run's first key
         self.scan_pos = 0  # the jobs from `pos` to here cannot backfill by `scan_end`
         self.scan_end = -1.0
         self.base: tuple[object, ...] | None = None  # (shape, queue, class) of its jobs
@@ -241,7 +239,6 @@ class Walk:
         assert verdict is not None
         if verdict.kind == CAPACITY:
             fam.runs.append((fam.keys[lo], fam.keys[hi - 1], verdict.reason))
-            fam.los.append(fam.keys[lo])
         else:
             self.judge.reasons.add_run(fam.keys[lo:hi], verdict.reason)
         self.passed += hi - lo
@@ -303,22 +300,17 @@ class Walk:
         return best[1]
 
     def _first_run(self, fam: Family, keys: list[Key]) -> tuple[Key, Reason] | None:
-        """The first of `keys` (a verdict key's jobs, of `fam`) passed in one of its capacity runs
-        (so far; the open run of a passive family counts)."""
-        verdict, end = fam.verdict, None  # end: the first key not yet passed or looked at
-        if not self.done and fam.pos < len(fam.keys):
-            end = fam.keys[fam.pos]
-        los, runs = fam.los, fam.runs
-        for key in keys:
-            if end is not None and key >= end:
-                at = self.at
-                if verdict is not None and verdict.kind == CAPACITY and at is not None and key < at:
-                    return key, verdict.reason  # passed, not yet recorded
-                return None
-            j = bisect_right(los, key) - 1
-            if j >= 0 and key <= runs[j][1]:
-                return key, runs[j][2]
-        return None
+        """The first of `keys` (a verdict key's jobs, of `fam`, sorted) passed in one of its
+        capacity runs (so far; the open run of a passive family counts)."""
+        for lo, hi, reason in fam.runs:  # in order
+            i = bisect_left(keys, lo)
+            if i < len(keys) and keys[i] <= hi:
+                return keys[i], reason
+        verdict, at = fam.verdict, self.at
+        if self.done or verdict is None or verdict.kind != CAPACITY or at is None or fam.pos >= len(fam.keys):
+            return None
+        i = bisect_left(keys, fam.keys[fam.pos])  # passed, not yet recorded: up to the last look
+        return (keys[i], verdict.reason) if i < len(keys) and keys[i] < at else None
 
     def _twins(self, job: PendingJob) -> list[Family]:
         """The families of this walk whose jobs share `job`'s shape, queue and class."""
