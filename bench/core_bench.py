@@ -684,6 +684,8 @@ INFO["backlog"] = [
     ("first_cycle_ms", "first cycle ms (every job new)"),
     ("first_check_ms", "  of which feasibility check ms"),
     ("idle_cycle_max_ms", "  the slowest of five ms"),
+    ("idle_cycle_cpu_ms", "  CPU time, mean of five ms"),
+    ("after_end_cpu_ms", "cycle after 1 % end, CPU time ms"),
     ("idle_considered", "jobs the idle cycle reached"),
     ("ended", "attempts ended"),
     ("freed_gpus", "GPUs they freed"),
