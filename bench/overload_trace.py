@@ -55,7 +55,7 @@ def overload_trace(
     shapes: list[tuple[int, int, float]] = []  # (replicas, GPUs per replica, duration)
     for kind in kinds:
         replicas, per = (rng.choice(GANG_REPLICAS), GPUS_PER_NODE) if kind else (1, 1)
-        shapes.append((replicas, per, round(rng.uniform(MIN_DURATION, MAX_DURATION))))
+        shapes.append((replicas, per, float(round(rng.uniform(MIN_DURATION, MAX_DURATION)))))
     work = sum(r * g * d for r, g, d in shapes)
     window = work / (load * nodes * GPUS_PER_NODE)  # seconds of arrivals
     rate = len(shapes) / window if shapes else 1.0
