@@ -134,6 +134,7 @@ class Walk:
         self.passed = 0  # jobs passed over (given a reason without a look)
         self.bases: dict[tuple[object, ...], list[Family]] | None = None
         self.done = False  # finished: every job was passed or looked at
+        self.capacity_seen = False  # some family was passive as blocked by capacity
 
     # ---- the walk ------------------------------------------------------------------------
     def next(self) -> Key | None:
@@ -212,14 +213,17 @@ class Walk:
     def _settle(self, fam: Family, job: PendingJob) -> None:
         """A look changed nothing: the family may now have a verdict for the rest of the epoch."""
         if fam.verdict is None:
-            verdict = self.judge.family_verdict(job)
-            if verdict is None and len(fam.queue.by_verdict.get(job.verdict_key, ())) == len(fam.keys):
+            verdict = None
+            if len(fam.queue.by_verdict.get(job.verdict_key, ())) == len(fam.keys):
                 found = self.judge.verdicts.get(job.verdict_key)
                 if found is not None and self.epoch is not None and found[0] == self.epoch[0]:
                     verdict = Verdict(REPEAT, found[1])  # its only verdict key repeats an answer
+            if verdict is None:
+                verdict = self.judge.family_verdict(job)
             if verdict is not None:
                 fam.verdict = verdict
                 self.passive.append(fam)
+                self.capacity_seen = self.capacity_seen or verdict.kind == CAPACITY
         self._push(fam)
 
     def _push(self, fam: Family) -> None:
@@ -283,8 +287,8 @@ class Walk:
         this cycle was told, so far (None: none was); found in the runs, then remembered."""
         blocked = self.judge.blocked
         found = blocked.get(shape)
-        if found is not None:
-            return found
+        if found is not None or not self.capacity_seen:
+            return found  # (no family was passive as blocked by capacity: no run to look in)
         best: tuple[Key, Reason] | None = None
         preemptible = job.spec.preemptible
         for fam in self._twins(job):
