@@ -36,6 +36,7 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
     try:
         cycle.run()
     finally:
+        cycle.walk_of.clear()  # walks refer to the cycle: no garbage cycle left behind
         state.plan.commit()
         reserve.clear(state, cycle.reservations)
     cycle.remove_started()
@@ -104,7 +105,7 @@ class _Cycle:
         # GPUs change, admission answers jobs of one shape alike, so a repeat skips it too
         self.verdicts: dict[int, tuple[int, Reason]] = {}  # keyed by `PendingJob.verdict_key`
         self.started: dict[QueueName, list[JobId]] = {}
-        self.preemption = Preemption(self)
+        self.preemption = Preemption()
 
     def run(self) -> None:
         order.run(self)
@@ -124,7 +125,7 @@ class _Cycle:
                     Why.BACKOFF, f"restart backoff: may start at t+{job.not_before - self.now:.0f}s"
                 )
                 return False
-            if job.nomination is not None and self.preemption.nominated(job):
+            if job.nomination is not None and self.preemption.nominated(self, job):
                 return True
             if job.nomination is not None:
                 return False
@@ -138,7 +139,7 @@ class _Cycle:
             why = admit.admit(job, queue, self.state)
             if why is not None:
                 if why.code in _OWN_BUDGET and self.profile.victims is not None:
-                    outcome = self.preemption.for_budget(job, queue)
+                    outcome = self.preemption.for_budget(self, job, queue)
                     if outcome is not None:
                         return outcome  # nominated (or started) after preempting its own queue's jobs
                 reasons[spec.id] = why
@@ -158,7 +159,7 @@ class _Cycle:
         if self.reservations and spec.time_limit is not None and self._backfill(job, req):
             return True
         if self.profile.victims is not None:
-            outcome = self.preemption.preempt(job, req)
+            outcome = self.preemption.preempt(self, job, req)
             if outcome is not None:
                 return outcome  # started at once, or nominated and waiting for its victims
         text, code = _capacity_text(self.state, req, placed)
@@ -200,14 +201,14 @@ class _Cycle:
                 if (
                     why.code in _OWN_BUDGET
                     and victims is not None
-                    and self.preemption.may_search_later(self.preemption.no_budget_victims, job)
+                    and self.preemption.may_search_later(self, self.preemption.no_budget_victims, job)
                 ):
                     return None
                 return Verdict(ADMISSION, why)
         req = self.request(job)
         if req.gpus_per_replica == 0 or req.per_node:
             return None  # placed by scanning nodes: no count bounds its backfill
-        if victims is not None and self.preemption.may_search_later(self.preemption.no_victims, job):
+        if victims is not None and self.preemption.may_search_later(self, self.preemption.no_victims, job):
             return None
         if (
             profile.backfill

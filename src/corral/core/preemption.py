@@ -41,132 +41,132 @@ class Host(Protocol):
 
 
 class Preemption:
-    """One cycle's preemption phase and its memory."""
+    """One cycle's preemption phase and its memory (the cycle passes itself to each call, so
+    that the two do not refer to each other: no garbage cycle per scheduling cycle)."""
 
-    def __init__(self, host: Host) -> None:
-        self.host = host
+    def __init__(self) -> None:
         self.no_victims: dict[QueueName, int] = {}  # queue -> highest class found to have no candidates
         self.no_budget_victims: dict[QueueName, int] = {}  # the same, among the queue's own jobs
         self.tries = 0
         self.deferred = False  # a job skipped preemption because of the per-cycle caps
 
-    def may_search(self, none_up_to: dict[QueueName, int], job: PendingJob) -> bool:
+    def may_search(self, host: Host, none_up_to: dict[QueueName, int], job: PendingJob) -> bool:
         """Whether to search victims for the job: not when its queue was found to have none for
         its class or a higher one (candidates only shrink during a cycle), nor past the per-cycle
         caps (counted here; the reason then says preemption was deferred)."""
         known = none_up_to.get(job.spec.queue)
         if known is not None and job.spec.priority <= known:
             return False
-        if self.tries >= self.host.profile.max_preemption_tries or (
-            len(self.host.result.nominations) >= self.host.profile.max_nominations
+        if self.tries >= host.profile.max_preemption_tries or (
+            len(host.result.nominations) >= host.profile.max_nominations
         ):
             self.deferred = True
             return False
         self.tries += 1
         return True
 
-    def preempt(self, job: PendingJob, req: Request) -> bool | None:
+    def preempt(self, host: Host, job: PendingJob, req: Request) -> bool | None:
         """Nominate the job to GPUs freed by preempting whole gangs, if the policy allows.
 
         None: no preemption; False: nominated, waiting for the victims; True: started.
         """
-        victims_plugin = self.host.profile.victims
+        victims_plugin = host.profile.victims
         assert victims_plugin is not None
-        state = self.host.state
-        if not self.may_search(self.no_victims, job):
+        state = host.state
+        if not self.may_search(host, self.no_victims, job):
             return None
-        selection = select_victims(state, victims_plugin, job, req, self.host.now)
+        selection = select_victims(state, victims_plugin, job, req, host.now)
         if selection is NO_CANDIDATES:
             _none_up_to(self.no_victims, job)
             return None
         refused = isinstance(selection, Selection) and not victims_plugin.permit(
-            job, selection.victims, state, self.host.now
+            job, selection.victims, state, host.now
         )
         if (
             refused
         ):  # the set mixes queues in a way reclaim forbids: its own queue's lower classes may still do
-            selection = select_victims(state, SameQueue(victims_plugin), job, req, self.host.now)
+            selection = select_victims(state, SameQueue(victims_plugin), job, req, host.now)
         if not isinstance(selection, Selection) or not selection.victims:
             return None
-        if not victims_plugin.permit(job, selection.victims, state, self.host.now):
+        if not victims_plugin.permit(job, selection.victims, state, host.now):
             return None
-        return self._nominate(job, selection.placement, selection.victims, "to free its GPUs")
+        return self._nominate(host, job, selection.placement, selection.victims, "to free its GPUs")
 
-    def for_budget(self, job: PendingJob, queue: QueueState) -> bool | None:
+    def for_budget(self, host: Host, job: PendingJob, queue: QueueState) -> bool | None:
         """A job its own queue's quota or limit keeps out: preempt lower-class jobs of that queue
         (only) until it is admitted, and free a placement for it (Kueue's withinClusterQueue).
 
         None: no such preemption; False: nominated, waiting for the victims; True: started.
         """
-        victims_plugin = self.host.profile.victims
+        victims_plugin = host.profile.victims
         assert victims_plugin is not None
-        state, spec, now = self.host.state, job.spec, self.host.now
-        if not self.may_search(self.no_budget_victims, job):
+        state, spec, now = host.state, job.spec, host.now
+        if not self.may_search(host, self.no_budget_victims, job):
             return None
         narrowed = SameQueue(victims_plugin)
         ranked = ranked_candidates(state, narrowed, job, now)
         if not ranked:
             _none_up_to(self.no_budget_victims, job)
             return None
-        selection = select_victims(state, narrowed, job, self.host.request(job), now)
+        selection = select_victims(state, narrowed, job, host.request(job), now)
         if not isinstance(selection, Selection):
             return None  # even its queue's lower classes do not free a placement for it
         victims = list(selection.victims)
         taken = {id(v) for v in victims}
         freed = sum(v.spec.gpus for v in victims)
         for candidate in ranked:
-            if self._admitted(job, queue, freed):
+            if self._admitted(host, job, queue, freed):
                 break
             if id(candidate) not in taken:
                 taken.add(id(candidate))
                 victims.append(candidate)
                 freed += candidate.spec.gpus
         else:
-            if not self._admitted(job, queue, freed):
+            if not self._admitted(host, job, queue, freed):
                 return None
         if not victims or not victims_plugin.permit(job, victims, state, now):
             return None
-        return self._nominate(job, selection.placement, victims, f"to make room in queue {spec.queue}")
+        return self._nominate(host, job, selection.placement, victims, f"to make room in queue {spec.queue}")
 
-    def _admitted(self, job: PendingJob, queue: QueueState, freed: int) -> bool:
+    def _admitted(self, host: Host, job: PendingJob, queue: QueueState, freed: int) -> bool:
         """Whether every admission plugin admits the job once `freed` GPUs of its queue have left."""
         queue.leaving_gpus += freed
         try:
-            return all(admit.admit(job, queue, self.host.state) is None for admit in self.host.profile.admits)
+            return all(admit.admit(job, queue, host.state) is None for admit in host.profile.admits)
         finally:
             queue.leaving_gpus -= freed
 
     def _nominate(
-        self, job: PendingJob, placed: list[NodeMask], victims: list[RunningAttempt], why: str
+        self, host: Host, job: PendingJob, placed: list[NodeMask], victims: list[RunningAttempt], why: str
     ) -> bool:
         """Preempt the victims and nominate the job to `placed` (it starts at once when nothing it
         waits for is running)."""
-        state = self.host.state
-        placement = self.host.placement_of(placed)
+        state = host.state
+        placement = host.placement_of(placed)
         ids = tuple(v.spec.id for v in victims)
         for v in victims:
-            deadline = self.host.now + v.spec.checkpoint_grace
+            deadline = host.now + v.spec.checkpoint_grace
             state.mark_preempting(v.spec.id, deadline, job.spec.id)
             reason = (
                 f"preempted by {job.spec.id}"
                 if v.spec.queue == job.spec.queue
                 else f"reclaimed by queue {job.spec.queue} for {job.spec.id}"
             )
-            self.host.result.preemptions.append(Preempt(v.spec.id, v.attempt, job.spec.id, deadline, reason))
-        state.nominate(job, placed, frozenset(ids), self.host.now)
-        self.host.result.nominations.append(Nominate(job.spec.id, placement, ids))
-        self.host.result.reasons[job.spec.id] = Reason(
+            host.result.preemptions.append(Preempt(v.spec.id, v.attempt, job.spec.id, deadline, reason))
+        state.nominate(job, placed, frozenset(ids), host.now)
+        host.result.nominations.append(Nominate(job.spec.id, placement, ids))
+        host.result.reasons[job.spec.id] = Reason(
             Why.NOMINATED, f"preempting {', '.join(ids)} {why}; starts when they stop"
         )
         if not any(state.alloc[n] & m for n, m in placed):
-            return self.nominated(job)
+            return self.nominated(host, job)
         return False
 
-    def nominated(self, job: PendingJob) -> bool:
+    def nominated(self, host: Host, job: PendingJob) -> bool:
         """Start a nominated job once its victims have stopped (all of them: some may have been
         taken to make room in its queue's quota or limit, away from its GPUs) and its GPUs are
         free; drop a nomination that cannot come true."""
-        state = self.host.state
+        state = host.state
         nomination = job.nomination
         assert nomination is not None
         broken = any(
@@ -176,23 +176,23 @@ class Preemption:
         busy = any(state.alloc[n] & mask for n, mask in nomination.placement)
         if broken or (busy and not left):
             state.drop_nomination(job)
-            return self.host.consider(job)
+            return host.consider(job)
         if left:
-            self.host.result.reasons[job.spec.id] = Reason(
+            host.result.reasons[job.spec.id] = Reason(
                 Why.NOMINATED, f"preempted {', '.join(sorted(left))} for it; starts when they stop"
             )
             return False
         state.drop_nomination(job)
-        self.host.start_job(job, nomination.placement, backfilled=False, allocated=False)
+        host.start_job(job, nomination.placement, backfilled=False, allocated=False)
         return True
 
-    def may_search_later(self, none_up_to: dict[QueueName, int], job: PendingJob) -> bool:
+    def may_search_later(self, host: Host, none_up_to: dict[QueueName, int], job: PendingJob) -> bool:
         """Whether `may_search` could still search victims for the job, or set `deferred`."""
         known = none_up_to.get(job.spec.queue)
         if known is not None and job.spec.priority <= known:
             return False
-        capped = self.tries >= self.host.profile.max_preemption_tries or (
-            len(self.host.result.nominations) >= self.host.profile.max_nominations
+        capped = self.tries >= host.profile.max_preemption_tries or (
+            len(host.result.nominations) >= host.profile.max_nominations
         )
         return not (capped and self.deferred)
 
