@@ -8,8 +8,8 @@ Run the same command on the code before and after a change and compare the lines
 
 Each line: the replay's name, its event log's SHA-256 and event count, and with `--reasons` the
 SHA-256 of every cycle's reasons (job id, code and sentence of each job the cycle looked at and
-did not start, sorted by job id; the reason of the jobs it did not reach), and the seconds (wall
-and CPU) it took.
+did not start, sorted by job id; the reason of the jobs it did not reach; its `next_wake`), and
+the seconds (wall and CPU) it took.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class Digest:
     def cycle(self, result: CycleResult) -> None:
         lines = [f"{job}\t{r.code.value}\t{r.message}" for job, r in sorted(result.reasons.items())]
         others = "" if result.others is None else f"{result.others.code.value}\t{result.others.message}"
-        self.reasons.update(f"{result.now!r}\n{others}\n".encode())
+        self.reasons.update(f"{result.now!r}\n{result.next_wake!r}\n{others}\n".encode())
         self.reasons.update("\n".join(lines).encode())
 
 

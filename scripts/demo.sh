@@ -11,7 +11,9 @@ rc=$?
 set -e
 # exit code 1 means "a job was rejected": the example includes one on purpose
 [ "$rc" -le 1 ] || exit "$rc"
-if .venv/bin/corral trace convert tiresias -o .venv/tiresias-60.csv 2>/dev/null; then
-  .venv/bin/corral simulate --cluster examples/tiresias-testbed.yaml --trace .venv/tiresias-60.csv \
+# Sia's Philly-derived workload 1 (160 jobs) on the 32 GPUs of the lab cluster: busy enough that
+# the policies differ (the Tiresias testbed trace fits its 60 GPUs without queueing: all four tie)
+if .venv/bin/corral trace convert sia workload-1.csv -o .venv/sia-1.csv 2>/dev/null; then
+  .venv/bin/corral simulate --cluster examples/lab.yaml --trace .venv/sia-1.csv \
     --policy default --policy fifo --policy las --policy sjf
 fi

@@ -16,18 +16,30 @@ from tests.server.conftest import database_url, server  # noqa: F401  (fixtures)
 from tests.server.harness import Server, wait_for
 
 CLI = [sys.executable, "-c", "from corral.cli.main import main; main()"]
+# these tests' jobs write under pytest's folders, which only root may enter: a test agent run as
+# root keeps running them as root, by the explicit opt-in a node needs for it (DESIGN.md 6.6);
+# tests/agent/test_security.py runs jobs as unprivileged users
+AS_ROOT = ["--default-user", "root", "--allow-root-jobs"] if os.geteuid() == 0 else []
 
 
 class AgentProcess:
     """`corral agent` for one node as a child process, with its own data directory."""
 
-    def __init__(self, srv: Server, node: str, directory: Path) -> None:
+    def __init__(
+        self,
+        srv: Server,
+        node: str,
+        directory: Path,
+        extra: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """`extra`: more flags (instead of the root opt-in of AS_ROOT); `env`: more variables."""
         self.server = srv
         self.node = node
         self.data_dir = directory / f"agent-{node}"
         self.checkpoints = directory / "checkpoints"
         self.log = directory / f"agent-{node}.log"
-        token = srv.token(f"agent-{node}", "agent")
+        token = srv.agent_token(node)
         command = [
             *CLI,
             "agent",
@@ -45,11 +57,16 @@ class AgentProcess:
             str(self.data_dir),
             "--checkpoint-root",
             str(self.checkpoints),
+            *(AS_ROOT if extra is None else extra),
         ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                env={**clean, **(env or {})},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     def output(self) -> str:

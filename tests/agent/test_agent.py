@@ -109,10 +109,11 @@ def test_a_failing_rank_ends_the_attempt_and_restarts_then_fails(server: Server,
 
 
 def test_cancel_sends_the_checkpoint_signal(server: Server, agent: AgentProcess, tmp_path: Path) -> None:
-    marker = tmp_path / "got-sigterm"
+    marker, ready = tmp_path / "got-sigterm", tmp_path / "ready"
     trap = (
         "import signal, sys, time; "
         f"signal.signal(signal.SIGTERM, lambda *_: (open({str(marker)!r}, 'w').write('TERM'), sys.exit(0))); "
+        f"open({str(ready)!r}, 'w').close(); "
         "time.sleep(600)"
     )
     job_id = submit(
@@ -123,16 +124,20 @@ def test_cancel_sends_the_checkpoint_signal(server: Server, agent: AgentProcess,
         checkpoint={"signal": "SIGTERM", "grace": "3s"},
     )
     wait_for(lambda: state_is(server, job_id, "running"), timeout=15)
-    time.sleep(0.5)  # let Python install its handler
+    wait_for(ready.exists, timeout=30)  # its handler is installed
     with server.client() as c:
         assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
-    asked = time.monotonic()
-    wait_for(lambda: state_is(server, job_id, "cancelled"), timeout=3 + 2)
-    assert time.monotonic() - asked < 5
+    # the worker saved on the signal and exited on its own, within its grace: exit code 0, not a
+    # kill at the end of the grace (no wall-clock bound: a loaded machine may take its time)
+    done = wait_for(lambda: state_is(server, job_id, "cancelled"), timeout=30)
     assert marker.read_text() == "TERM"
+    assert done["exit_code"] == 0, done
 
 
-def test_cancel_kills_a_worker_that_ignores_the_signal(server: Server, agent: AgentProcess) -> None:
+def test_cancel_kills_a_worker_that_ignores_the_signal(
+    server: Server, agent: AgentProcess, tmp_path: Path
+) -> None:
+    ready = tmp_path / "ready"
     job_id = submit(
         server,
         name="stubborn",
@@ -140,16 +145,19 @@ def test_cancel_kills_a_worker_that_ignores_the_signal(server: Server, agent: Ag
         command=[
             "python",
             "-c",
-            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            f"open({str(ready)!r}, 'w').close(); time.sleep(600)",
         ],
         checkpoint={"grace": "1s"},
     )
     wait_for(lambda: state_is(server, job_id, "running"), timeout=15)
-    time.sleep(0.5)  # let Python install its handler
+    wait_for(ready.exists, timeout=30)  # it ignores SIGTERM from now on
     with server.client() as c:
         assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
-    done = wait_for(lambda: state_is(server, job_id, "cancelled"), timeout=1 + 2)
-    assert done["exit_code"] == 137
+    asked = time.monotonic()
+    done = wait_for(lambda: state_is(server, job_id, "cancelled"), timeout=30)
+    assert done["exit_code"] == 137  # killed: it ignored the signal
+    assert time.monotonic() - asked >= 1.0  # but not before its grace was over
 
 
 def test_per_node_launch_is_one_process_with_node_rank(
@@ -184,11 +192,11 @@ def test_time_limit_stops_the_attempt_on_the_agent(server: Server, agent: AgentP
         command=["sleep", "600"],
     )
     wait_for(lambda: state_is(server, job_id, "running"), timeout=15)
-    began = time.monotonic()
-    done = wait_for(lambda: state_is(server, job_id, "failed", "finished"), timeout=10)
+    done = wait_for(lambda: state_is(server, job_id, "failed", "finished"), timeout=30)
     # SIGTERM at the limit; a time limit is final (DESIGN.md 4.2): no restart, reason `time_limit`
     assert done["state"] == "failed" and done["exit_code"] == 128 + 15, done
     assert done["reason"] == "time_limit" and done["attempt"] == 1, done
-    assert time.monotonic() - began < 2 + 1 + 2
     ending = [e for e in events(server, job_id) if e["event"] == "fail"]
     assert ending and ending[0]["reason"] == "time_limit", ending
+    (start,) = [e for e in events(server, job_id) if e["event"] == "start"]
+    assert ending[0]["t"] - start["t"] >= 2.0  # not before the limit (no upper bound: a loaded machine)

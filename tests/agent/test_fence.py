@@ -11,11 +11,13 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from corral.agent.sandbox import Capabilities
 from tests.agent.conftest import AgentProcess
 from tests.agent.test_agent import events, job, state_is
 from tests.server.conftest import LAB
@@ -56,6 +58,54 @@ def submit(server: Server, out: Path, tenths: int) -> str:
         )
         assert r.status_code == 201, r.text
         return str(r.json()["id"])
+
+
+def groups_of(agent: AgentProcess) -> dict[str, set[str]]:
+    """The attempt cgroups under each of the agent's bases: v2, and v1 cpu and memory (hybrid)."""
+    caps = Capabilities.detect(agent.node, data_dir=agent.data_dir)
+    if caps.cgroup_base is None:
+        pytest.skip("no writable cgroup hierarchy here (CI runs as root with one)")
+    bases = [caps.cgroup_base, *caps.v1_bases.values()]
+    return {str(b): {p.name for p in b.iterdir() if p.is_dir()} for b in bases if b.is_dir()}
+
+
+@dataclass
+class FenceWatch:
+    """Seconds from the last heartbeat the server accepted (its latest possible arrival)."""
+
+    died: float  # until the worker was seen dead
+    lost: float  # until the server was first seen to say the node is lost
+    dead_when_lost: bool  # the worker was dead when the server was first seen to say so
+
+
+def watch_fence(server: Server, pid: int) -> FenceWatch:
+    """After the agent's death: poll the worker (every 20 ms) and the server's node listing until
+    the node is lost. The server's monotonic clock is this machine's, so `heartbeat_age_s` read
+    between two local readings bounds when the last heartbeat arrived."""
+    killed = time.monotonic()
+    died_at: float | None = None
+    lost_at: float | None = None
+    dead_when_lost = False
+    beats: list[float] = []  # upper bounds of the last heartbeat's arrival, one per listing
+    last_poll = 0.0
+    with server.client() as c:
+        while lost_at is None or died_at is None:
+            now = time.monotonic()
+            assert now - killed < LOST_AFTER + 20, f"worker dead at {died_at}, node lost at {lost_at}"
+            if died_at is None and not alive(pid):
+                died_at = now
+            if lost_at is None and now - last_poll >= 0.2:
+                last_poll = now
+                node = next(n for n in c.get("/v1/nodes").json()["nodes"] if n["name"] == "dgx01")
+                after = time.monotonic()
+                if now - killed > 0.5:  # past any heartbeat still in flight at the kill
+                    beats.append(after - node["heartbeat_age_s"])
+                if node["state"] == "lost":
+                    lost_at, dead_when_lost = after, died_at is not None
+            time.sleep(0.02)
+    assert beats
+    last = min(beats)
+    return FenceWatch(died_at - last, lost_at - last, dead_when_lost)
 
 
 def kill_9(agent: AgentProcess) -> None:
@@ -100,6 +150,8 @@ def test_a_restarted_agent_adopts_its_running_workers(slow_server: Server, tmp_p
         assert done["state"] == "finished" and done["attempt"] == 1, (done, second.output())
         assert "adopted 1 running ranks" in second.output()
         assert (earlier / "pid-1").read_text() == ran  # old start orders are not replayed
+        # the adopted attempt's groups, v1 cpu and memory included, go when it ends
+        wait_for(lambda: not any(groups_of(second).values()), timeout=10)
     finally:
         first.stop()
         if second is not None:
@@ -118,10 +170,13 @@ def test_the_fence_kills_the_workers_of_a_dead_agent_and_the_job_runs_again_once
         job_id = submit(server, out, 600)
         wait_for(lambda: state_is(server, job_id, "running"), timeout=15)
         pid = int(wait_for(lambda: (out / "pid-1").exists() and (out / "pid-1").read_text(), timeout=10))
-        killed_at = time.monotonic()
         kill_9(first)
-        wait_for(lambda: not alive(pid), timeout=LEASE + 5)
-        assert time.monotonic() - killed_at <= LEASE + 5
+        watch = watch_fence(server, pid)
+        # the deadline that matters: the server declares the node lost LOST_AFTER after the last
+        # heartbeat it accepted, and the job may run elsewhere then; the fence (lease LEASE from
+        # that heartbeat's send time) must have killed the workers before
+        assert watch.died <= LOST_AFTER, watch
+        assert watch.dead_when_lost, watch
         fence_log = (first.data_dir / "fence.log").read_text()
         assert "lease expired: killed" in fence_log, fence_log
         # the server loses the node, then the job waits for GPUs (the only node is gone)
@@ -137,6 +192,9 @@ def test_the_fence_kills_the_workers_of_a_dead_agent_and_the_job_runs_again_once
         assert not alive(pid)
         starts = [e["attempt"] for e in events(server, job_id) if e["event"] == "start"]
         assert starts == [1, 2]
+        # the dead agent's attempt left its groups (v2, v1 cpu and memory); the new agent removed them
+        left = groups_of(second)
+        assert left and all(names == {f"{job_id}-2"} for names in left.values()), left
     finally:
         first.stop()
         if second is not None:

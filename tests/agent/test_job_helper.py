@@ -83,3 +83,47 @@ def test_a_bad_step_is_refused(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env(tmp_path, 1), capture_output=True, text=True)
     assert out.returncode == 1
     assert "step must be a whole number >= 0" in out.stderr
+
+
+GANG_STEPS = (
+    "from corral import job; import sys; "
+    "[job.record_checkpoint(int(a.rstrip('w')), whole=a.endswith('w')) for a in sys.argv[1:]]; "
+    "print(job.resume_dir(), job.resume_step())"
+)
+
+
+def test_a_gang_step_is_complete_when_every_rank_recorded_it(tmp_path: Path) -> None:
+    def run(attempt: int, rank: int, *steps: str) -> list[str]:
+        args = [sys.executable, "-c", GANG_STEPS, *steps]
+        extra = {"RANK": str(rank), "WORLD_SIZE": "2"}
+        return subprocess.run(
+            args, env=env(tmp_path, attempt, **extra), capture_output=True, text=True, check=True
+        ).stdout.split()
+
+    run(1, 1, "10", "20")
+    run(1, 0, "10", "20", "36")  # the last to write; rank 1 never recorded 36
+    attempt_1 = str(tmp_path / "ckpt" / "attempt-1")
+    assert run(2, 0) == run(2, 1) == [attempt_1, "20"]
+    run(2, 1, "30")
+    run(2, 0, "40")  # attempt 2: rank 0 recorded 40, rank 1 only 30: nothing complete there yet
+    assert run(3, 1) == [attempt_1, "20"]
+    run(2, 0, "44w")  # rank 0 wrote all of step 44 (a replicated model)
+    assert run(3, 1) == [str(tmp_path / "ckpt" / "attempt-2"), "44"]
+    run(3, 0, "50")  # in attempt 3 only rank 0 records (it saves the whole model): its steps count
+    assert run(4, 1) == [str(tmp_path / "ckpt" / "attempt-3"), "50"]
+
+
+def test_stop_reason_says_why(tmp_path: Path) -> None:
+    code = "from corral import job; print(job.stop_reason(), job.is_torn_down(), job.checkpoint_requested())"
+    (tmp_path / "control").mkdir()
+
+    def run() -> str:
+        return subprocess.run(
+            [sys.executable, "-c", code], env=env(tmp_path, 1), capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    assert run() == "None False False"
+    (tmp_path / "control" / "checkpoint-requested").write_text("preempt\n")
+    assert run() == "preempt False True"
+    (tmp_path / "control" / "checkpoint-requested").write_text("peer_failed\n")
+    assert run() == "peer_failed True True"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from corral.agent.launch import hostfile_lines, workers
+from corral.agent.launch import DEFAULT_PATH, base_env, hostfile_lines, workers
 from corral.agent.runner import exit_code_of, signal_number
 from tests.server.harness import FakeAgent, Server, wait_for
 
@@ -76,3 +76,32 @@ def test_live_attempts_on_one_node_get_distinct_master_ports(server: Server) -> 
     assert sorted(o["master_port"] for o in starts) == [29500, 29501]
     assert all(o["addresses"] == {"dgx01": "10.1.2.3"} for o in starts)
     fake.close()
+
+
+def test_a_worker_starts_from_an_allowlist_of_the_agents_environment() -> None:
+    agent = {
+        "PATH": "/opt/cuda/bin:/usr/bin",
+        "LANG": "en_GB.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TZ": "UTC",
+        "HOME": "/root",
+        "USER": "root",
+        "CORRAL_AGENT_TOKEN": "crl_secret",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "LD_PRELOAD": "/root/hook.so",
+        "PYTHONPATH": "/root/lib",
+        "LD_LIBRARY_PATH": "/usr/local/cuda/lib64",
+    }
+    assert base_env(agent, "/home/ada", "ada", "/bin/bash") == {
+        "PATH": "/opt/cuda/bin:/usr/bin",
+        "LANG": "en_GB.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TZ": "UTC",
+        "HOME": "/home/ada",
+        "USER": "ada",
+        "LOGNAME": "ada",
+        "SHELL": "/bin/bash",
+    }
+    passed = base_env(agent, "/home/ada", "ada", extra=["LD_LIBRARY_PATH"])  # `--pass-env`
+    assert passed["LD_LIBRARY_PATH"] == "/usr/local/cuda/lib64" and passed["SHELL"] == "/bin/sh"
+    assert base_env({}, "/nonexistent", "nobody")["PATH"] == DEFAULT_PATH

@@ -126,7 +126,9 @@ def test_jobs_run_as_the_user_their_token_maps_to(
     out.chmod(0o777)
     mapped = server.token("ada", "member", team="research", run_as="nobody")
     try:  # the venv's python lives under /root here, so nobody runs the shell's `id`
-        job_id = submit(server, mapped, command=["sh", "-c", 'echo "$(id -u) $(id -g)" > "$0/id"', str(out)])
+        job_id = submit(  # pytest's folders (the agent's data dir here) are closed to nobody
+            server, mapped, command=["sh", "-c", 'echo "$(id -u) $(id -g)" > id'], working_dir=str(out)
+        )
         assert ended(server, job_id)["state"] == "finished"
         assert (out / "id").read_text() == f"{nobody.pw_uid} {nobody.pw_gid}\n"
     finally:
@@ -153,7 +155,7 @@ def test_a_setsid_escapee_dies_with_its_attempt(
     job_id = submit(server, command=[*py(code), str(pidfile)], checkpoint={"grace": "1s"})
     wait_for(lambda: pidfile.exists() and pidfile.read_text(), timeout=20)
     pid = int(pidfile.read_text())
-    assert os.getsid(pid) == pid  # its own session: a process-group kill would miss it
+    wait_for(lambda: os.getsid(pid) == pid, timeout=10)  # its own session: a group kill misses it
     with server.client() as c:
         assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
     assert ended(server, job_id)["state"] == "cancelled"

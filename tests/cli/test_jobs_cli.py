@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.cli.conftest import Cli
 from tests.server.harness import FakeAgent, free_port, wait_for
@@ -18,7 +19,7 @@ CLI = [sys.executable, "-c", "from corral.cli.main import main; main()"]
 
 
 def test_submit_with_every_flag_prints_the_job_object_of_the_api(cli: Cli) -> None:
-    cli.ok("admin", "pause")  # no scheduling cycle: the job stays exactly as submitted
+    cli.ok("admin", "pause")  # no scheduling cycle: the job stays as submitted, but for its reason
     cli.ok("queues", "set", "research", "--mount-allow", "/datasets")
     job = cli.json(
         "submit", "--name", "train", "--queue", "research", "--priority", "high", "--replicas", 2,
@@ -32,9 +33,14 @@ def test_submit_with_every_flag_prints_the_job_object_of_the_api(cli: Cli) -> No
     assert (job["priority_class"], job["time_limit"], job["preemptible"]) == ("high", 7200, False)
     assert job["topology"] == {"pack": "leaf", "required": True} and job["gpu_model"] == ["H100-80GB"]
     assert job["command"] == ["python", "train.py", "--epochs", "3"] and job["max_restarts"] == 1
+
+    def but_reason(j: dict[str, Any]) -> dict[str, Any]:
+        assert j["reason_code"] in ("", "paused"), j  # pending jobs say that scheduling is paused
+        return {k: v for k, v in j.items() if not k.startswith("reason")}
+
     with cli.server.client() as c:
-        assert c.get(f"/v1/jobs/{job['id']}").json() == job
-    assert cli.json("show", job["id"]) == job
+        assert but_reason(c.get(f"/v1/jobs/{job['id']}").json()) == but_reason(job)
+    assert but_reason(cli.json("show", job["id"])) == but_reason(job)
     plain = cli.ok("submit", "--queue", "prod", "--gpus", 2, "--", "sleep", "1").stdout
     assert plain.split()[0] == "j2" and "queue prod (2 GPUs): pending" in plain
 
@@ -49,6 +55,13 @@ def test_submit_from_a_file_with_flags_that_override_it(cli: Cli, tmp_path: Path
     bad = cli("submit", "-f", spec)
     assert bad.exit_code == 2
     assert f"error: {spec}:2: time_limit: duration 4 has no unit" in bad.stderr
+    spec.write_text("name: x\ngpu_per_replica: 4\ncommand: [echo]\n")
+    typo = cli("submit", "-f", spec)
+    assert typo.exit_code == 2 and [j["id"] for j in cli.json("jobs")["jobs"]] == [job["id"]]
+    assert (
+        f"error: {spec}:2: gpu_per_replica: unknown field `gpu_per_replica` "
+        "(fix: did you mean `gpus_per_replica`?)" in typo.stderr
+    )
 
 
 def test_bad_input_exits_2_and_a_job_that_can_never_run_exits_1(cli: Cli) -> None:
@@ -119,6 +132,29 @@ def test_jobs_show_hold_release_cancel_requeue(cli: Cli) -> None:
     usage = cli.json("usage")["usage"]
     assert [(u["queue"], u["user"]) for u in usage] == [("research", "admin")] and usage[0]["gpu_hours"] > 0
     assert "research  admin" in cli.ok("usage", "--since", "1h").stdout
+    agent.close()
+
+
+def test_a_gang_of_one_gpu_replicas_prints_one_entry_per_node_and_a_pending_job_its_last_attempt(
+    cli: Cli,
+) -> None:
+    agent = FakeAgent(cli.server, "dgx01", 8, "H100-80GB")
+    agent.register()
+    gang = cli.json("submit", "--queue", "research", "--replicas", 4, "--gpus-per-replica", 1, "--", "true")[
+        "id"
+    ]
+    placed = wait_for(lambda: (j := cli.json("show", gang))["placement"] and j)
+    assert [p["gpus"] for p in placed["placement"]] == [[0], [1], [2], [3]]
+    assert "dgx01:0-3" in cli.ok("jobs").stdout and "placement:   dgx01:0-3\n" in cli.ok("show", gang).stdout
+    assert agent.report(gang, 1, "running").status_code == 200
+    assert "started:" in cli.ok("show", gang).stdout
+    cli.ok("requeue", gang)
+    cli.ok("admin", "pause")  # it stays pending, not started again at once
+    assert agent.report(gang, 1, "exited", 143).status_code == 200
+    wait_for(lambda: cli.json("show", gang)["state"] == "pending")
+    shown = cli.ok("show", gang).stdout
+    assert "started:" not in shown and "exit code:" not in shown  # they are not the next attempt's
+    assert "attempt 1:   started " in shown and ", exit code 143" in shown, shown
     agent.close()
 
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
+from corral.store.inuse import exclusive
 from tests.cli.conftest import Cli
-from tests.server.harness import PG_ENV, FakeAgent, drop_postgres, fresh_postgres
+from tests.server.harness import PG_ENV, FakeAgent, drop_postgres, fresh_postgres, wait_for
 
 
 def test_nodes_cordon_drain_undrain(cli: Cli) -> None:
@@ -31,6 +32,7 @@ def test_nodes_cordon_drain_undrain(cli: Cli) -> None:
     assert "new NICs (deadline " in cli.ok("nodes").stdout
     assert cli.json("nodes", "undrain", "dgx01") == {"name": "dgx01", "state": "up", "reason": ""}
     assert cli.ok("nodes", "cordon", "dgx01").stdout == "dgx01: cordoned (cordoned by admin)\n"
+    assert cli.ok("nodes", "uncordon", "dgx01").stdout == "dgx01: up\n"
     bad = cli("nodes", "drain", "dgx01", "--deadline", "10")
     assert bad.exit_code == 2 and "--deadline '10': duration '10' has no unit" in bad.stderr
     missing = cli("nodes", "undrain", "dgx99")
@@ -38,6 +40,51 @@ def test_nodes_cordon_drain_undrain(cli: Cli) -> None:
         missing.exit_code == 3
         and "error: no node dgx99 (fix: list them with `corral nodes`)" in missing.stderr
     )
+    agent.close()
+
+
+def test_the_server_says_where_it_is(cli: Cli) -> None:
+    log = cli.server.log.read_text()
+    url = cli.server.url
+    assert f"corral server: API {url}/v1 (OpenAPI schema {url}/openapi.json)" in log
+    assert f"  dashboard  {url}/" in log and f"  data       {cli.server.data_dir.resolve()}" in log
+    assert "  scheduler  its own process, policy default" in log
+    help_text = cli("server", "--help").output
+    assert "--no-scheduler" in help_text and "--no-no-scheduler" not in help_text
+
+
+def test_nodes_lists_unhealthy_gpus(cli: Cli) -> None:
+    """The API gives unhealthy GPUs as {index: why}; the table shows their indices as ranges."""
+    agent = FakeAgent(cli.server, "dgx01", 8, "H100-80GB", unhealthy={"3": "Xid 79", "4": "ECC", "6": "lost"})
+    agent.register()
+    table = cli.ok("nodes").stdout.splitlines()
+    assert table[1].split()[:6] == ["dgx01", "draining", "0/8", "0", "H100-80GB", "3-4,6"]
+    assert "GPU 3 unhealthy: Xid 79" in table[1]
+    gpus = {g["index"]: g for g in cli.json("nodes", "--gpus")["nodes"][0]["gpu_list"]}
+    assert gpus[3]["state"] == "unhealthy" and gpus[3]["reason"] == "Xid 79"
+    assert "unhealthy (Xid 79)" in cli.ok("nodes", "--gpus").stdout
+    agent.close()
+
+
+def test_audit_filters_and_leaves_accepted_agent_reports_out(cli: Cli) -> None:
+    agent = FakeAgent(cli.server, "dgx01", 8, "H100-80GB")
+    agent.register()
+    job = cli.json("submit", "--queue", "research", "--gpus", 1, "--", "true")["id"]
+    start = wait_for(lambda: [o for o in agent.orders(wait=1.0) if o["kind"] == "start"], timeout=20)[0]
+    assert agent.report(job, start["attempt"], "running").status_code == 200
+    assert agent.report("j999", 1, "running").status_code >= 400  # a refused report is kept
+    cli.ok("nodes", "cordon", "dgx01")
+    actions = [a["action"] for a in cli.json("audit")["audit"]]
+    assert "POST /v1/agents/register" in actions and "POST /v1/jobs" in actions
+    assert actions.count("POST /v1/agents/dgx01/reports") == 1  # only the refused one
+    assert [a["action"] for a in cli.json("audit", "--action", "/v1/nodes")["audit"]] == [
+        "POST /v1/nodes/dgx01/cordon"
+    ]
+    mine = cli.json("audit", "--who", "agent-dgx01")["audit"]
+    assert mine and {a["principal"] for a in mine} == {"agent-dgx01"}
+    assert cli.json("audit", "--since", "1h")["audit"] and not cli.json("audit", "--since", "0s")["audit"]
+    bad = cli("audit", "--since", "5")
+    assert bad.exit_code == 2 and "--since '5'" in bad.stderr
     agent.close()
 
 
@@ -130,12 +177,53 @@ def test_admin_pause_resume_backup_restore(cli: Cli, tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "no backup file" in missing.stderr
 
 
+def test_admin_restore_refuses_a_database_a_server_uses(cli: Cli, tmp_path: Path) -> None:
+    """The server (and its scheduler) hold a lease on the database: restore refuses, nothing changes;
+    once it is stopped the restore runs; a server does not start while a restore holds it."""
+    kept = cli.json("submit", "--name", "kept", "--queue", "research", "--gpus", 1, "--", "true")["id"]
+    backup = tmp_path / "corral.backup"
+    cli.json("admin", "backup", backup)
+    later = cli.json("submit", "--name", "later", "--queue", "research", "--gpus", 1, "--", "true")["id"]
+    url = cli.server.database_url
+    refused = cli("admin", "restore", backup, "--database-url", url, "--yes")
+    assert refused.exit_code == 1, refused.output
+    assert "restore refused: the database" in refused.stderr
+    assert "is in use by a running corral server or scheduler (fix: stop the server" in refused.stderr
+    assert {j["id"] for j in cli.json("jobs")["jobs"]} == {kept, later}  # untouched, still served
+    cli.server.stop()  # the scheduler process may take a moment longer to end and free the lease
+    done = wait_for(
+        lambda: (r := cli("admin", "restore", backup, "--database-url", url, "--yes")).exit_code == 0 and r
+    )
+    assert done.stdout.startswith("restored")
+    with exclusive(url):
+        try:
+            cli.server.start()
+            raise AssertionError("a server started on a database being restored")
+        except RuntimeError as exc:
+            assert "is being restored; start the server when it is done" in str(exc)
+    cli.server.start()
+    assert [j["id"] for j in cli.json("jobs")["jobs"]] == [kept]
+
+
 def test_admin_policy_is_a_revision(cli: Cli) -> None:
+    shown = cli.json("admin", "policy")  # GET /v1/policy: the server's --policy while no revision names one
+    assert (shown["name"], shown["args"], shown["source"]) == ("default", {}, "the server's --policy")
+    assert shown["plugins"]["fair_share"]["half_life"] > 0
     out = cli.ok("admin", "policy", "fifo", "--comment", "freeze: strict order").stdout
     assert out.startswith("policy fifo is active (configuration revision 2)")
     assert cli.json("queues", "history")["revisions"][-1]["comment"] == "freeze: strict order"
     tuned = cli.json("admin", "policy", "default", "--arg", "fair_share.half_life=604800")
     assert tuned == {"revision": 3}
+    shown = cli.json("admin", "policy")
+    assert (shown["name"], shown["revision"], shown["source"]) == ("default", 3, "configuration revision 3")
+    assert shown["plugins"]["fair_share"]["half_life"] == 604800
+    text = cli.ok("admin", "policy").stdout
+    assert text.startswith("policy default (from configuration revision 3)\n")
+    assert "half_life=604800 (set)" in text
+    history = cli.ok("queues", "history").stdout.splitlines()
+    assert history[0].split()[:5] == ["REVISION", "CREATED", "AUTHOR", "POLICY", "COMMENT"]
+    assert "fifo" in history[2] and "default (fair_share.half_life=604800)" in history[3]
+    assert [r["policy"] for r in cli.json("queues", "history")["revisions"]] == ["default", "fifo", "default"]
     unknown = cli("admin", "policy", "shortest")
     assert unknown.exit_code == 2 and "shortest" in unknown.stderr
     malformed = cli("admin", "policy", "default", "--arg", "half_life")

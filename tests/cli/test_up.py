@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,12 +29,16 @@ CLI = [sys.executable, "-c", "from corral.cli.main import main; main()"]
 class Up:
     """`corral up` as a child process, with its own data directory and user config."""
 
-    def __init__(self, tmp_path: Path, *args: str, port: int | None = None) -> None:
+    def __init__(self, tmp_path: Path, *args: str, port: int | None = None, opt_in: bool = True) -> None:
+        """`opt_in`: run as root, keep running the jobs as root (`--run-as root`): they write
+        under pytest's folders, which nobody else may enter."""
         tmp_path.mkdir(parents=True, exist_ok=True)
+        if opt_in and os.geteuid() == 0 and "--run-as" not in args:
+            args = (*args, "--run-as", "root")
         self.port = port or free_port()
         self.data_dir = tmp_path / "data"
         self.config = tmp_path / "xdg-config" / "corral" / "config.json"
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_") and k != "SUDO_USER"}
         self.env.update(CORRAL_DATA_DIR=str(self.data_dir), XDG_CONFIG_HOME=str(tmp_path / "xdg-config"))
         self.log = tmp_path / "up.log"
         with open(self.log, "wb") as log:
@@ -139,3 +147,80 @@ def test_help_loads_neither_the_client_nor_the_server() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
     assert "4 the server is unreachable" in " ".join(done.stdout.split())
+
+
+def need_root() -> None:
+    """These tests check what `corral up` does as root: skipped elsewhere, a failure in CI."""
+    if os.geteuid() == 0:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail("CI must run tests/cli/test_up.py as root", pytrace=False)
+    pytest.skip("`corral up` as root is what these tests check")
+
+
+@pytest.fixture
+def open_base() -> Iterator[Path]:
+    """A folder others may pass through (as /var/lib is), for a `corral up` whose jobs run as nobody."""
+    base = Path(tempfile.mkdtemp(prefix="corral-up-"))
+    base.chmod(0o711)
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def mode_of(path: Path) -> tuple[int, int]:
+    info = path.stat()
+    return info.st_uid, stat.S_IMODE(info.st_mode)
+
+
+def test_up_as_root_runs_jobs_as_nobody_and_keeps_its_data_private(open_base: Path) -> None:
+    need_root()
+    nobody = pwd.getpwnam("nobody")
+    up = Up(open_base, "--gpus", "0", opt_in=False)
+    try:
+        up.wait_ready()
+        job = up.json("submit", "--gpus", "0", "--", "id", "-u")
+        done = wait_for(lambda: (j := up.json("show", job["id"]))["state"] in ("finished", "failed") and j)
+        assert done["state"] == "finished", (done, up.output())
+        log = up.data_dir / "logs" / job["id"] / "attempt-1" / "rank-0.log"
+        assert log.read_text() == f"{nobody.pw_uid}\n"  # never root
+        assert "runs the jobs placed on it as nobody" in up.output()
+        assert mode_of(log) == (nobody.pw_uid, 0o600)  # the job's user's, and the agent's (root)
+        assert mode_of(up.data_dir) == (0, 0o711)  # others pass through to their files, never list
+        private = ["corral.db", "corral.db-wal", "corral.db-shm", "admin-token", "agent-token"]
+        for path in [*(up.data_dir / name for name in private), up.config]:
+            assert mode_of(path) == (0, 0o600), path
+        record = up.data_dir / "run" / job["id"] / "attempt-1" / "attempt.json"
+        assert mode_of(record) == (0, 0o600)  # it holds the job's env
+        for path in (up.data_dir / "corral.db", record, up.data_dir / "admin-token"):
+            read = subprocess.run(["runuser", "-u", "nobody", "--", "cat", str(path)], capture_output=True)
+            assert read.returncode != 0 and b"Permission denied" in read.stderr, path
+    finally:
+        up.stop()
+
+
+def test_sigterm_stops_up_and_the_workers_it_runs_at_once(open_base: Path) -> None:
+    up = Up(open_base, "--gpus", "1", opt_in=False)
+    try:
+        up.wait_ready()
+        job = up.json("submit", "--gpus", "1", "--", "sh", "-c", "echo $$; exec sleep 600")
+        log = up.data_dir / "logs" / job["id"] / "attempt-1" / "rank-0.log"
+        pid = int(wait_for(lambda: log.exists() and log.read_text().strip(), timeout=30))
+        assert alive(pid)
+        os.kill(up.proc.pid, signal.SIGTERM)  # as a service manager stops it: the main process only
+        code = up.proc.wait(60)
+        # gone when `corral up` has exited, not 20 s later when the node's fence would have killed it
+        wait_for(lambda: not alive(pid), timeout=3)
+        assert code == 0, up.output()
+        assert "corral up: stopped (and the workers of 1 running job attempts)" in up.output()
+    finally:
+        up.stop()
+
+
+def alive(pid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z"  # killed, not yet reaped by init

@@ -134,12 +134,28 @@ def test_nvlink_none_puts_every_gpu_alone(tmp_path: Path) -> None:
     assert config.topology == ()
 
 
-def test_unknown_fields_are_ignored_and_numeric_labels_become_names(tmp_path: Path) -> None:
-    text = (
-        "future_field: 1\ntopology: [rack]\nnodes:\n  - {name: n1, gpus: 1, colour: red, labels: {rack: 7}}\n"
-    )
+def test_numeric_labels_become_names(tmp_path: Path) -> None:
+    text = "topology: [rack]\nnodes:\n  - {name: n1, gpus: 1, labels: {rack: 7}, network: {any: 1}}\n"
     config = load_cluster_file(write(tmp_path, text))
     assert config.nodes[0].labels == {"rack": "7"}
+
+
+def test_unknown_fields_are_refused_with_the_nearest_name(tmp_path: Path) -> None:
+    text = (
+        "nodes:\n  - {name: n1, gpus: 1, gpu_modle: A100}\nqueues:\n  - name: q\n    qouta: 1\n"
+        "priority_classes:\n  normal: {value: 1, min_runtme: 1m}\nfuture_field: 1\n"
+    )
+    path = write(tmp_path, text)
+    error = str(load_error(path))
+    assert error.startswith(f"{path}: 4 problems:")
+    for line in (
+        f"{path}:2: nodes[0].gpu_modle: unknown field `gpu_modle` (fix: did you mean `gpu_model`?)",
+        f"{path}:5: queues[0].qouta: unknown field `qouta` (fix: did you mean `quota`?)",
+        f"{path}:7: priority_classes.normal.min_runtme: unknown field `min_runtme` "
+        "(fix: did you mean `min_runtime`?)",
+        f"{path}:8: future_field: unknown field `future_field` (fix: remove it; the known fields here are: ",
+    ):
+        assert line in error
 
 
 @pytest.mark.parametrize(

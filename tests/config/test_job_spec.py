@@ -234,8 +234,29 @@ def test_yaml_error_names_the_line(tmp_path: Path) -> None:
     assert str(parse_error(path)).startswith(f"{path}:")
 
 
-def test_unknown_fields_are_ignored() -> None:
-    assert parse_job_spec({"name": "a", "future": 1}).name == "a"
+def test_unknown_fields_are_refused_with_the_nearest_name(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: a\ngpu_per_replica: 4\ntopology: {pakc: leaf}\ncommand: [x]\n")
+    error = str(parse_error(path))
+    assert error.startswith(f"{path}: 2 problems:")
+    assert (
+        f"{path}:2: gpu_per_replica: unknown field `gpu_per_replica` (fix: did you mean `gpus_per_replica`?)"
+        in error
+    )
+    assert f"{path}:3: topology.pakc: unknown field `pakc` (fix: did you mean `pack`?)" in error
+    mount = {"mounts": [{"source": "/a", "target": "/b", "readonly": True}]}
+    with pytest.raises(ConfigError, match=r"mounts\[0\]\.readonly: unknown field .*did you mean `read_only`"):
+        parse_job_spec(mount)
+    with pytest.raises(ConfigError, match="remove it; the known fields here are: checkpoint, command"):
+        parse_job_spec({"name": "a", "future": 1})
+
+
+def test_a_job_object_from_the_server_is_accepted_back() -> None:
+    """`corral show --json` output carries fields the server added; they are dropped, not refused."""
+    shown = {"id": "j1", "state": "done", "user": "ann", "attempt": 2, "placement": [], "exit_code": 0}
+    request = parse_job_spec({**shown, "replicas": 2, "gpus_per_replica": 4, "gpus": 8, "command": ["x"]})
+    assert (request.replicas, request.gpus_per_replica) == (2, 4)
+    with pytest.raises(ConfigError, match=r"`gpus` is not a job spec field, and 8 disagrees .* \(1 x 1\)"):
+        parse_job_spec({"gpus": 8, "command": ["x"]})
 
 
 @pytest.mark.parametrize(

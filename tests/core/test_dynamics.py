@@ -77,7 +77,14 @@ def test_backfill_starts_a_short_job_in_the_gap_and_never_delays_the_reserved_ga
     assert started["short"] == 11.0  # ends (by its limit) before the gang's reservation
     assert "long" not in started and "unlimited" not in started
     last = d.results[-1]
-    assert last.reasons["long"].code in (Why.CAPACITY, Why.RESERVED)
+    # held back so as not to delay the gang: the reason says so, with the reservation's time
+    long, unlimited = last.reasons["long"], last.reasons["unlimited"]
+    assert (long.code, long.at) == (Why.BEHIND_RESERVATION, 1000.0)
+    assert long.message == (
+        "needs 4 GPUs; 4 free GPUs are held for gang's reservation at t=1000s, and it would run until "
+        "t=2013s: starting it would delay that reservation"
+    )
+    assert unlimited.code is Why.BEHIND_RESERVATION and "and it has no time limit" in unlimited.message
     d.run(until=5000.0)
     started = {j: t for t, j, _ in d.starts}
     assert started["gang"] == 1000.0  # exactly when the running job's time limit frees its GPUs
@@ -90,7 +97,20 @@ def test_reservation_reason_names_the_time() -> None:
     state.submit(job("pair", gpus=8, replicas=2, submit=0.0))
     result = run(state, 0.0)
     assert result.reservations[0].start == 1840.0
-    assert "reserved to start at t+1840s" in result.reasons["pair"].message
+    # absolute times (seconds from a trace's start here), carried as `at` too, never "t+1840s"
+    assert "reserved to start at t=1840s" in result.reasons["pair"].message
+    assert result.reasons["pair"].at == 1840.0
+    assert result.next_wake == 1840.0  # the cycle is due again when the reservation begins
+
+
+def test_reasons_name_clock_times_in_the_control_plane() -> None:
+    now = 1_790_000_000.0  # Unix time: 2026-09-21 14:13:20 UTC
+    state = state_of(nodes(2, 8))
+    occupy(state, "busy", "n00", range(8), time_limit=1840.0, now=now)
+    state.submit(job("pair", gpus=8, replicas=2, submit=now))
+    result = run(state, now)
+    assert result.reasons["pair"].message.endswith("reserved to start at 14:44:00 UTC")
+    assert result.reasons["pair"].at == now + 1840.0
 
 
 def test_two_queues_borrow_and_reclaim_without_ping_pong() -> None:

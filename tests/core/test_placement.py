@@ -72,18 +72,20 @@ def test_a_gang_prefers_one_leaf_and_fewest_nodes() -> None:
 
 
 def test_required_leaf_pack_waits_with_a_reason_when_no_leaf_has_room() -> None:
-    state = state_of(nodes(4, 8, leaves=2))  # two leaves of 16 GPUs
-    state.submit(job("blocker", gpus=4, replicas=2, pack="node", required=True))
-    state.submit(job("blocker2", gpus=4, replicas=2, pack="node", required=True))
-    run(state)
-    assert len(state.running) == 2
-    leaves_used = {state.specs[a.placement[0][0]].labels["leaf"] for a in state.running.values()}
-    assert len(leaves_used) == 1 or True
+    state = state_of(nodes(4, 8, leaves=2))  # l0: n00, n01; l1: n02, n03 (16 GPUs each)
+    occupy(state, "blocker", "n00", [0, 1, 2, 3])  # one blocker in each leaf: each leaf has 12 free,
+    occupy(state, "blocker2", "n02", [0, 1, 2, 3])  # but only one whole node (n01, n03)
     state.submit(job("wide", gpus=8, replicas=2, pack="leaf", required=True))
     result = run(state, 1.0)
-    if "wide" not in started_on(result):
-        assert result.reasons["wide"].code in (Why.TOPOLOGY, Why.RESERVED)
-        assert "inside one leaf" in result.reasons["wide"].message
+    assert "wide" not in started_on(result), "a leaf-required gang started across leaves"
+    assert "wide" not in state.running
+    assert result.reasons["wide"].code is Why.TOPOLOGY
+    assert "inside one leaf" in result.reasons["wide"].message
+    assert "the most free in one leaf is 12" in result.reasons["wide"].message
+    # the cluster does have room across the leaves: the same gang without `required` starts there
+    state.submit(job("loose", gpus=8, replicas=2, pack="leaf"))
+    assert sorted(started_on(run(state, 2.0))["loose"]) == ["n01", "n03"]
+    check_no_double_allocation(state)
 
 
 def test_a_job_larger_than_any_leaf_with_required_leaf_is_rejected() -> None:
@@ -125,7 +127,7 @@ def test_rollback_restores_the_index_exactly() -> None:
     state = state_of(nodes(6, 8, leaves=3))
     state.submit(job("a", gpus=3))
     run(state)
-    before = (list(state.alloc), list(state.index.avail), [dict(b) for b in state.index.buckets])
+    before = (list(state.alloc), list(state.index.avail), _buckets(state))
     checkpoint = state.plan.checkpoint()
     from corral.core.placement import place
     from corral.core.request import request_for
@@ -133,8 +135,14 @@ def test_rollback_restores_the_index_exactly() -> None:
     placed = place(state, request_for(state, job("b", gpus=8, replicas=5)))
     assert isinstance(placed, list) and len(placed) == 5
     state.plan.rollback(checkpoint)
-    after = (list(state.alloc), list(state.index.avail), [dict(b) for b in state.index.buckets])
-    assert [list(x) for x in before[:2]] == [list(x) for x in after[:2]]
-    assert {k: [dict(d) for d in v] for b in before[2] for k, v in b.items()} == {
-        k: [dict(d) for d in v] for b in after[2] for k, v in b.items()
-    }
+    after = (list(state.alloc), list(state.index.avail), _buckets(state))
+    assert before[:2] == after[:2]
+    assert len(before[2]) == len(state.topology.domains) > 4  # root, spine and three leaves
+    for domain, (was, now) in enumerate(zip(before[2], after[2], strict=True)):
+        assert was == now, f"domain {domain}: buckets {was} after rollback {now}"
+
+
+def _buckets(state) -> list[dict[int, list[list[int]]]]:  # type: ignore[no-untyped-def]
+    """Every domain's buckets: class -> nodes per available count (as sets: a rollback puts nodes
+    back in reverse order, which only changes which of two equal nodes best fit names first)."""
+    return [{cls: [sorted(b) for b in bl] for cls, bl in per.items()} for per in state.index.buckets]

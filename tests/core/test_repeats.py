@@ -95,6 +95,7 @@ def summary(result: CycleResult) -> tuple[Any, ...]:
         sorted((j, r.code.value, r.message) for j, r in result.reasons.items()),
         result.others,
         result.considered,
+        result.next_wake,
     )
 
 

@@ -168,6 +168,8 @@ class MultiHost:
             str(self.agent_dir(host)),
             "--checkpoint-root",
             str(self.checkpoints),
+            # the jobs write under pytest's folders, closed to others: root's explicit opt-in
+            *(["--default-user", "root", "--allow-root-jobs"] if os.geteuid() == 0 else []),
             *extra,
         ]
         self.procs[f"agent-{host}"] = self.net.run(

@@ -92,13 +92,13 @@ def test_cancel_takes_the_checkpoint_path(cluster: MultiHost, tmp_path: Path) ->
     with cluster.client() as c:
         assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
     asked = time.time()
-    done = wait_state(cluster, job_id, "cancelled", timeout=GRACE + 5)
-    assert time.time() - asked < GRACE  # it saved and exited; no kill at the end of the grace
+    done = wait_state(cluster, job_id, "cancelled", timeout=GRACE + 30)
     saved = saved_on_request(out, attempt=1, ranks=2)
     assert asked - 1 <= saved["t"] <= asked + GRACE
     record = cluster.checkpoints / job_id / "attempt-1" / "corral-checkpoint.json"
     assert json.loads(record.read_text())["step"] == saved["step"]
     assert done["reason"].startswith("cancelled by"), done
+    # it saved and exited on its own: exit code 0, not a kill at the end of the grace (137)
     assert only(events(cluster, job_id), "cancel", attempt=1)["exit_code"] == 0
 
 

@@ -29,10 +29,40 @@ from tests.helpers import check_no_double_allocation
 HERE = Path(__file__).parent
 SCENARIOS = sorted(HERE.glob("*.yaml"))
 
+KEYS = {"description", "cluster", "steps", "policy", "policy_args"}
+STEP_KEYS = {"at", "running", "submit", "end", "stop", "expect"}
+EXPECT_KEYS = {
+    "start",
+    "no_start",
+    "wait",
+    "code",
+    "preempt",
+    "not_preempted",
+    "no_preempt",
+    "reserve",
+    "reject",
+}
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A scenario file, with every key known: a misspelt expectation would check nothing."""
+    doc: dict[str, Any] = yaml.safe_load(path.read_text())
+    _known(doc, KEYS, path.name)
+    for i, step in enumerate(doc["steps"], 1):
+        _known(step, STEP_KEYS, f"{path.name} step {i}")
+        _known(step.get("expect") or {}, EXPECT_KEYS, f"{path.name} step {i} expect")
+    return doc
+
+
+def _known(mapping: dict[str, Any], keys: set[str], where: str) -> None:
+    unknown = sorted(set(mapping) - keys)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(keys))}")
+
 
 class Scenario:
     def __init__(self, path: Path) -> None:
-        self.doc: dict[str, Any] = yaml.safe_load(path.read_text())
+        self.doc: dict[str, Any] = load(path)
         self.cluster = parse_cluster_config(self.doc["cluster"], source=path.name)
         c = self.cluster
         self.state = ClusterState.build(c.topology, c.nodes, c.queues, c.priority_classes)
@@ -125,3 +155,21 @@ def test_scenario(path: Path) -> None:
 
 def test_there_are_scenarios() -> None:
     assert len(SCENARIOS) >= 6
+
+
+@pytest.mark.parametrize(
+    ("where", "text"),
+    [("expect", "preemt: {a1: b1}"), ("step", "stopp: [a1]"), ("top", "polcy: fifo")],
+)
+def test_a_misspelt_key_is_rejected_naming_it(tmp_path: Path, where: str, text: str) -> None:
+    doc = (HERE / "borrow_reclaim.yaml").read_text()
+    if where == "expect":
+        doc = doc.replace("      preempt: {a1: b1}", "      " + text)
+    elif where == "step":
+        doc = doc.replace("    stop: [a1]", "    " + text)
+    else:
+        doc = text + "\n" + doc
+    path = tmp_path / "typo.yaml"
+    path.write_text(doc)
+    with pytest.raises(ValueError, match=f"unknown key.s. {text.split(':')[0]}; known: "):
+        Scenario(path)

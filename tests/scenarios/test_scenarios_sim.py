@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from corral.config.cluster_file import parse_cluster_config
 from corral.config.job_spec import parse_job_spec, to_job_spec
@@ -35,7 +34,7 @@ from corral.sim.engine import SimOptions, Simulation
 from corral.sim.eventlog import EventLog
 from corral.sim.jobmodel import PreemptionCost, Slowdown
 from tests.helpers import check_no_double_allocation
-from tests.scenarios.test_scenarios import SCENARIOS, Scenario, check
+from tests.scenarios.test_scenarios import SCENARIOS, Scenario, check, load
 
 PAST_THE_END = 1e9  # seconds of work of a job that no step ends
 
@@ -61,7 +60,7 @@ class SimScenario:
 
     def __init__(self, path: Path) -> None:
         self.name = path.name
-        self.doc: dict[str, Any] = yaml.safe_load(path.read_text())
+        self.doc: dict[str, Any] = load(path)
         self.cluster = parse_cluster_config(self.doc["cluster"], source=path.name)
         self.events: list[dict[str, Any]] = []
         self.cycles: dict[float, CycleResult] = {}

@@ -70,6 +70,7 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = data_dir / "server.log"
         self._token: str | None = None
+        self._agent_tokens: dict[str, str] = {}
 
     @property
     def url(self) -> str:
@@ -139,6 +140,13 @@ class Server:
         headers = {"Authorization": f"Bearer {token or self.admin_token}"}
         return httpx.Client(base_url=self.url, headers=headers, timeout=kw.pop("timeout", 30.0), **kw)
 
+    def agent_token(self, node: str) -> str:
+        """The node's join token, made once (bound to the node at its first registration): an
+        agent started again for the node uses it again, as an operator's would."""
+        if node not in self._agent_tokens:
+            self._agent_tokens[node] = self.token(f"agent-{node}", "agent")
+        return self._agent_tokens[node]
+
     def token(self, name: str, role: str, **fields: str) -> str:
         with self.client() as c:
             r = c.post("/v1/tokens", json={"name": name, "role": role, **fields})
@@ -152,7 +160,7 @@ class FakeAgent:
     def __init__(self, server: Server, node: str, gpus: int, gpu_model: str = "", **inventory: Any) -> None:
         self.server = server
         self.node = node
-        self.token = server.token(f"agent-{node}", "agent")
+        self.token = server.agent_token(node)
         self.http = server.client(self.token)
         self.inventory = {"node": node, "gpus": gpus, "gpu_model": gpu_model, **inventory}
         self.incarnation = 0

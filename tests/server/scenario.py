@@ -68,10 +68,12 @@ def database(kind: str, tmp_path: Path) -> Iterator[str]:
 
 
 @contextmanager
-def running_server(kind: str, tmp_path: Path, cluster: Path) -> Iterator[Server]:
+def running_server(
+    kind: str, tmp_path: Path, cluster: Path, extra: list[str] | None = None
+) -> Iterator[Server]:
     """A `corral server` on a fresh database of `kind`, for a fixture shared by a module's tests."""
     with database(kind, tmp_path) as url:
-        srv = Server(url, tmp_path / "data", cluster)
+        srv = Server(url, tmp_path / "data", cluster, extra=extra)
         srv.start()
         try:
             yield srv

@@ -37,7 +37,8 @@ BODIES: dict[str, Any] = {
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One server for the module: these tests only read, or check that nothing changed."""
     tmp = tmp_path_factory.mktemp("auth")
-    with running_server(request.param, tmp, write_cluster(tmp)) as srv:
+    # hundreds of refused tokens on purpose: not throttled here (test_exposure.py tests the throttle)
+    with running_server(request.param, tmp, write_cluster(tmp), ["--auth-failures", "0"]) as srv:
         yield srv
 
 
@@ -308,8 +309,11 @@ def test_agents_act_only_for_their_node(server: Server) -> None:
             ]:
                 r = c.request(method, path, json=body)
                 assert r.status_code == 403, (method, path, r.text)
-            # and once bound to one node at its first registration, it stays bound
+            # it may not register a node another token is bound to (dgx03's, made with --node)
             r = c.post("/v1/agents/register", json={"node": "dgx03", "gpus": 8, "gpu_model": "H100-80GB"})
+            assert r.status_code == 403 and "already bound" in r.json()["error"], r.text
+            # and once bound to one node at its first registration, it stays bound
+            r = c.post("/v1/agents/register", json={"node": "dgx04", "gpus": 8, "gpu_model": "H100-80GB"})
             assert r.status_code == 200, r.text
             r = c.post("/v1/agents/register", json={"node": owner.node, "gpus": 8, "gpu_model": "H100-80GB"})
             assert r.status_code == 403

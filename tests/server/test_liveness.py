@@ -137,6 +137,25 @@ def test_a_node_silent_for_half_of_lost_after_takes_no_new_work_until_it_answers
         srv.stop()
 
 
+def test_with_lost_after_0_a_silent_node_is_never_lost_but_takes_no_work_past_its_lease(
+    tmp_path: Path,
+) -> None:
+    """Issue 13: `--lost-after 0` loses no node, but a node silent for three quarters of the 20 s
+    lease still gets no new work (its agent may be past its lease and refuse to launch)."""
+    srv = lost_after_server(tmp_path, LAB, 0)
+    one = Beating(srv, "dgx01")
+    try:
+        one.start()
+        one.alive.clear()
+        silent = wait_for(lambda: (x := node(srv, "dgx01"))["responding"] is False and x, timeout=30)
+        assert silent["state"] == "up" and silent["free"] == 0, silent
+        one.alive.set()
+        wait_for(lambda: node(srv, "dgx01")["responding"], timeout=10)
+    finally:
+        one.close()
+        srv.stop()
+
+
 def test_maintenance_keeps_silent_nodes_and_extends_leases(lab: Server) -> None:
     one = Beating(lab, "dgx01")
     one.start()

@@ -213,7 +213,8 @@ def test_cordon_drain_undrain(lab: Server) -> None:
         b.run(first)
         a.quiet("start", second, 1.0)  # a cordoned node takes no new work
         assert job(c, second)["state"] == "pending"
-        assert c.post("/v1/nodes/dgx01/undrain").json()["state"] == "up"
+        assert c.post("/v1/nodes/dgx01/uncordon").json() == {"name": "dgx01", "state": "up", "reason": ""}
+        assert c.post("/v1/nodes/dgx01/uncordon").json()["state"] == "up"  # nothing to lift: no change
         a.run(second)
 
         # drain: no new work, and the node's attempts are told to stop by the deadline
@@ -225,9 +226,13 @@ def test_cordon_drain_undrain(lab: Server) -> None:
         assert job(c, second)["state"] == "stopping"
         a.exit(second, 1, 143)
         j = wait_state(c, second, "pending")
-        assert [e["event"] for e in events(c) if e.get("job") == second][-1] == "preempt"
+        last = [e for e in events(c) if e.get("job") == second][-1]
+        assert last["event"] == "preempt" and last["reason"] == "requeued by the drain of dgx01 (admin)", last
         a.quiet("start", second, 1.0)  # dgx01 is draining and dgx02 is full
         assert j["attempt"] == 1 and nodes(c)["dgx01"]["state"] == "draining"
+        r = c.post("/v1/nodes/dgx01/uncordon")  # a cordon's lifting does not end a drain
+        assert r.status_code == 409 and "dgx01 is draining, not cordoned" in r.json()["error"], r.text
+        assert "corral nodes undrain dgx01" in r.json()["fix"]
         assert c.post("/v1/nodes/dgx01/undrain").json()["state"] == "up"
         a.run(second, attempt=2)
         assert job(c, first)["state"] == "running"
@@ -300,7 +305,6 @@ def test_usage_audit_backup(lab: Server, tmp_path: Path) -> None:
             ("admin", "POST /v1/tokens", "201"),
             ("agent-dgx01", "POST /v1/agents/register", "200"),
             ("ana", "POST /v1/jobs", "201"),
-            ("agent-dgx01", "POST /v1/agents/dgx01/reports", "200"),
             ("ana", "POST /v1/nodes/dgx01/cordon", "403"),
             ("admin", "POST /v1/admin/pause", "200"),
             ("admin", "POST /v1/admin/resume", "200"),
@@ -310,6 +314,7 @@ def test_usage_audit_backup(lab: Server, tmp_path: Path) -> None:
             return [(a["principal"], a["action"], a["result"]) for a in c.get("/v1/audit").json()["audit"]]
 
         wait_for(lambda: set(expected) <= set(recorded()))
+        assert not [r for r in recorded() if r[1].endswith("/reports")]  # agents' traffic is not audited
         assert ("(anonymous)", "POST /v1/jobs", "401") not in recorded()
         httpx.post(lab.url + "/v1/jobs", json={})
         wait_for(lambda: ("(anonymous)", "POST /v1/jobs", "401") in recorded())
@@ -342,17 +347,18 @@ def test_gang_ends_on_every_node(lab: Server) -> None:
         a.run(gang)
         b.run(gang)
         assert {p["node"] for p in job(c, gang)["placement"]} == {"dgx01", "dgx02"}
+        # the job that waits for the gang's GPUs can only go to dgx02, the node that did not fail
+        assert c.post("/v1/nodes/dgx01/cordon", json={"reason": "test"}).status_code == 200
         waiting = submit(c, queue="research", gpus_per_replica=8)["id"]
         a.exit(gang, 1, 1, rank=0)  # one node's workers fail: the gang is over on both nodes
         assert wait_state(c, gang, "failed")["exit_code"] == 1
+        # both orders are committed before dgx02 fetches any: it must get the stop first
+        assert wait_state(c, waiting, "starting")["placement"][0]["node"] == "dgx02"
         stop = b.expect("stop", gang, 1)
         assert stop["grace"] == 0
-        # the other node hears of it before it is given anything new on those GPUs
-        placed = wait_state(c, waiting, "starting")["placement"][0]["node"]
-        agent = a if placed == "dgx01" else b
-        started = agent.expect("start", waiting, 1)
-        if agent is b:
-            assert b.seen.index(stop) < b.seen.index(started)
+        started = b.expect("start", waiting, 1)
+        # the other node hears of the stop before it is given anything new on those GPUs
+        assert b.seen.index(stop) < b.seen.index(started), b.seen
         r = b.report(gang, 1, "exited", 137)
         assert r.status_code == 409 and "has ended" in r.json()["error"]
         assert kinds_of(c, gang) == ["submit", "start", "fail"]

@@ -31,20 +31,27 @@ CASES: dict[str, tuple[dict[str, Any], int, list[str], list[str], dict[str, Any]
         {**OK, "queue": "reserach"}, 422, ["queue", "unknown queue 'reserach'"], ["research, prod"], OK,
     ),
     "gang no node can hold": (
-        {**OK, "gpus_per_replica": 16}, 422, ["can never run", "no node can hold a replica of 16 GPUs"], [],
+        {**OK, "gpus_per_replica": 16}, 422,
+        ["can never run", "needs 16 GPUs per replica; the largest node has 8"],
+        ["use more replicas of at most 8 GPUs each"],
         {**OK, "replicas": 2, "gpus_per_replica": 8},
     ),
     "gang no leaf can hold": (
         {**OK, "replicas": 3, "gpus_per_replica": 8, "topology": {"pack": "leaf", "required": True}}, 422,
-        ["can never run", "3 replicas of 8 GPUs inside one leaf", "at most 2"], [],
+        ["can never run", "3 replicas of 8 GPUs inside one leaf (required)",
+         "the largest leaf holds 2 replicas"],
+        ["without --pack-required", "at most 2 replicas"],
         {**OK, "replicas": 3, "gpus_per_replica": 8, "topology": {"pack": "leaf", "required": False}},
     ),
     "gang over the queue's limit": (
-        {**OK, "replicas": 5, "gpus_per_replica": 8}, 422, ["needs 40 GPUs", "limited to 32"], [],
+        {**OK, "replicas": 5, "gpus_per_replica": 8}, 422, ["needs 40 GPUs", "limited to 32"],
+        ["at most 32 GPUs"],
         {**OK, "replicas": 4, "gpus_per_replica": 8},
     ),
     "unknown GPU model": (
-        {**OK, "gpu_model": "A100-40GB"}, 422, ["of model A100-40GB", "models in the cluster: H100-80GB"], [],
+        {**OK, "gpu_model": "A100-40GB"}, 422,
+        ["no node has GPUs of model A100-40GB", "models in the cluster: H100-80GB"],
+        ["--gpu-model"],
         {**OK, "gpu_model": "H100*"},
     ),
     "unknown pack level": (
@@ -89,6 +96,14 @@ CASES: dict[str, tuple[dict[str, Any], int, list[str], list[str], dict[str, Any]
     "time limit without units": (
         {**OK, "time_limit": 3600}, 422, ["time_limit"], [], {**OK, "time_limit": "1h"},
     ),
+    "a field name with a typo": (
+        {**OK, "gpu_per_replica": 4}, 422, ["gpu_per_replica", "unknown field"],
+        ["did you mean `gpus_per_replica`?"], {**OK, "gpus_per_replica": 4},
+    ),
+    "a nested field name with a typo": (
+        {**OK, "checkpoint": {"grase": "60s"}}, 422, ["checkpoint.grase", "unknown field"],
+        ["did you mean `grace`?"], {**OK, "checkpoint": {"grace": "60s"}},
+    ),
     "a spec that is not a mapping": (
         ["python", "train.py"], 422, [], [], OK,  # type: ignore[dict-item]
     ),
@@ -129,11 +144,27 @@ def test_bad_submission_says_what_to_change(server: Server, label: str) -> None:
         assert written(c)[0] == [*before[0], ok.json()["id"]]
 
 
+def test_a_job_object_sent_back_is_accepted(server: Server) -> None:
+    """`corral show --json` output, submitted again: the fields the server added are dropped."""
+    with server.client() as c:
+        first = c.post("/v1/jobs", json={**OK, "replicas": 2, "gpus_per_replica": 2, "name": "again"})
+        shown = c.get(f"/v1/jobs/{first.json()['id']}").json()
+        assert {"id", "state", "reason", "gpus", "submit_time"} <= set(shown)
+        assert "time_limit: duration 14400.0 has no unit" in refused(c.post("/v1/jobs", json=shown), 422)
+        shown["time_limit"] = f"{shown['time_limit']:.0f}s"  # seconds in the object; units in a spec
+        again = c.post("/v1/jobs", json=shown)
+        assert again.status_code == 201, again.text
+        copy_ = again.json()
+        assert copy_["id"] != shown["id"] and copy_["state"] == "pending"
+        assert (copy_["name"], copy_["replicas"], copy_["gpus_per_replica"]) == ("again", 2, 2)
+
+
 def test_never_fits_has_its_code(server: Server) -> None:
     with server.client() as c:
         for spec in (CASES["gang no node can hold"][0], CASES["unknown GPU model"][0]):
             r = c.post("/v1/jobs", json=spec)
             assert r.status_code == 422 and r.json()["code"] == "never_fits", r.text
+            assert r.json()["fix"], r.text  # what to change, as docs/cli.md promises
 
 
 def test_member_outside_the_team(server: Server) -> None:
@@ -164,6 +195,8 @@ def test_bodies_too_large_or_not_json(server: Server) -> None:
             r = c.post("/v1/jobs", content=body, headers={"content-type": "application/json"})
             assert "invalid request" in refused(r, 422), body
         assert written(c) == before
-        # just under the limit is fine
-        fits = {**OK, "env": {"BLOB": "x" * ((1 << 20) - 1000)}}
-        assert c.post("/v1/jobs", json=fits).status_code == 201
+        # just under the limit is fine (padded with white space: a 1 MB value could never launch)
+        text = json.dumps(OK)
+        fits = text + " " * ((1 << 20) - 10 - len(text))
+        r = c.post("/v1/jobs", content=fits, headers={"content-type": "application/json"})
+        assert r.status_code == 201, r.text

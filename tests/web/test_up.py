@@ -32,6 +32,8 @@ def up(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     env.pop("CORRAL_TOKEN", None)
     log_path = tmp_path / "up.log"
     argv = ["up", "--gpus", "4", "--gpu-model", "H100-80GB", "--port", str(free_port()), "--node", "box"]
+    if os.geteuid() == 0:  # as root, jobs would run as nobody, who cannot enter pytest's folders
+        argv += ["--run-as", "root"]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([*CORRAL, *argv], env=env, stdout=log, stderr=log, start_new_session=True)
     try:

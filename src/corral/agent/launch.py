@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+PASSED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM"})  # and every LC_*
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 @dataclass(frozen=True)
@@ -118,4 +122,18 @@ def workers(
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in placement[rank]["gpus"]),
         }
         out.append(Worker(rank, argv, env))
+    return out
+
+
+def base_env(
+    agent_env: Mapping[str, str], home: str, user: str, shell: str = "", extra: Iterable[str] = ()
+) -> dict[str, str]:
+    """What a worker starts from, below the job's `env` and the contract's variables: the agent's
+    `PATH`, `LANG`, `LANGUAGE`, `TZ`, `TERM` and `LC_*` (plus the names an operator passed with
+    `corral agent --pass-env`), and `HOME`, `USER`, `LOGNAME`, `SHELL` of the user the job runs as.
+    Nothing else of the agent's environment (its tokens, its secrets) reaches a job."""
+    allowed = PASSED | set(extra)
+    out = {k: v for k, v in agent_env.items() if k in allowed or k.startswith("LC_")}
+    out.setdefault("PATH", DEFAULT_PATH)
+    out.update(HOME=home, USER=user, LOGNAME=user, SHELL=shell or "/bin/sh")
     return out

@@ -17,15 +17,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from corral.agent.files import write_file
+
 RECORD = "attempt.json"
 ENDED = "ended"
 LEASE = "lease.json"
 
 
 def write_json(path: Path, body: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(body))
-    os.replace(tmp, path)
+    """Replace `path` with `body`, readable by the agent's user only (an order holds the job's env)."""
+    write_file(path, json.dumps(body).encode())
 
 
 def start_time(pid: int) -> int | None:

@@ -13,6 +13,8 @@ import contextlib
 import json
 import logging
 import os
+import pwd
+import random
 import signal
 import subprocess
 import sys
@@ -22,11 +24,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corral.agent import fence, records
+from corral.agent import fence, files, records
 from corral.agent.health import Health
-from corral.agent.launch import Worker, hostfile_lines, workers
+from corral.agent.launch import Worker, base_env, hostfile_lines, workers
 from corral.agent.logserver import LogServer
-from corral.agent.sandbox import Capabilities, Group, SetupError, check_mounts, preexec, user_of, wrap
+from corral.agent.sandbox import (
+    Capabilities,
+    Group,
+    SetupError,
+    check_mounts,
+    check_reach,
+    closed_data_dir,
+    preexec,
+    remove_empty_groups,
+    user_of,
+    wrap,
+)
 from corral.client import Client, ClientError
 
 log = logging.getLogger("corral.agent")
@@ -35,9 +48,34 @@ KILL_AFTER = 5.0  # SIGTERM, then SIGKILL after this long, for the survivors of 
 POLL_WAIT = 30.0
 TICK = 0.05
 LEASE = 20.0  # seconds a heartbeat's lease lasts unless the server says otherwise
+HEARTBEAT_RETRY = 0.2  # after a failed heartbeat, the next one this soon, doubling ...
+HEARTBEAT_RETRY_MAX = 2.0  # ... to at most this (with jitter): many tries inside one lease
+HEARTBEAT_TIMEOUT = 5.0  # a heartbeat unanswered this long has failed (then retried)
 CHECKPOINT_POLL = 1.0  # how often the agent looks for a newly recorded checkpoint
 TAIL_LINES = 20
 RECORD = "corral-checkpoint.json"  # written by corral.job.record_checkpoint
+SHIM = str(Path(__file__).with_name("shim.py"))  # run as a file: importing `corral` is not needed
+SHIM_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}  # all the (maybe root) shim sees
+
+
+class Identity:
+    """The user a job runs as: its account, and the uid and gid the shim switches to (None when
+    that is the agent's own user)."""
+
+    def __init__(self, account: pwd.struct_passwd) -> None:
+        self.account = account
+        self.name, self.home, self.shell = account.pw_name, account.pw_dir, account.pw_shell
+        switch = account.pw_uid != os.geteuid()
+        self.uid = account.pw_uid if switch else None
+        self.gid = account.pw_gid if switch else None
+
+
+def retry_delay(failures: int, interval: float, draw: float) -> float:
+    """Seconds before the next heartbeat after `failures` + 1 failed ones in a row: 0.2 s doubling
+    to 2 s (at most the interval), times a jitter from `draw` in [0, 1) of 0.5 to 1.5, so that a
+    restarted control plane is not met by every agent at once."""
+    base = min(HEARTBEAT_RETRY * 2.0 ** min(failures, 16), HEARTBEAT_RETRY_MAX, interval)
+    return float(base * (0.5 + draw))
 
 
 def exit_code_of(returncode: int) -> int:
@@ -149,23 +187,29 @@ class Attempt:
                 self._stop = stop
 
     # ---- launching ------------------------------------------------------------------------
-    def _prepare(self) -> tuple[list[Worker], Any, str, list[dict[str, Any]]]:
+    def _prepare(self) -> tuple[list[Worker], Identity, str, list[dict[str, Any]]]:
         """Folders, checks and the cgroup; SetupError when the node cannot run this attempt."""
         agent, spec = self.agent, self.order["spec"]
-        account = user_of(agent.caps, str(self.order.get("run_as") or ""))
+        who = Identity(user_of(agent.caps, str(self.order.get("run_as") or "")))
         mounts = [dict(m) for m in spec.get("mounts") or []]
         check_mounts(agent.caps, mounts)
-        mine = self.checkpoints / f"attempt-{self.number}"
-        for folder in (mine, self.logs, self.run_dir):
-            folder.mkdir(parents=True, exist_ok=True)
-        if account is not None:  # the job's own folders belong to the user it runs as
-            for folder in (self.checkpoints, mine, self.run_dir):
-                os.chown(folder, account.pw_uid, account.pw_gid)
-        cwd = str(spec.get("working_dir") or self.run_dir)
+        attempt = f"attempt-{self.number}"
+        try:  # the run and log folders are the agent's alone; the checkpoint folders the job's
+            files.fresh_dirs(agent.data_dir, ["run", self.job, attempt])
+            files.fresh_dirs(agent.data_dir, ["logs", self.job, attempt])
+            files.give_dir(agent.checkpoint_root, self.job, who.uid, who.gid)
+            files.give_dir(self.checkpoints, attempt, who.uid, who.gid)
+            default_cwd = files.give_dir(self.run_dir, "work", who.uid, who.gid)
+        except files.UnsafePath as exc:
+            raise SetupError(str(exc)) from None
+        cwd = str(spec.get("working_dir") or default_cwd)
         if not Path(cwd).is_dir():
             raise SetupError(f"working directory {cwd} does not exist on this node")
+        if who.uid is not None and not mounts:  # entered as the job's user (bwrap's is inside)
+            check_reach(Path(cwd), who.account)
         hostfile = self.run_dir / "hostfile"
-        hostfile.write_text("".join(line + "\n" for line in hostfile_lines(self.order)))
+        lines = "".join(line + "\n" for line in hostfile_lines(self.order))
+        files.write_file(hostfile, lines.encode(), files.READABLE_FILE)
         todo = workers(self.order, agent.node, self.checkpoints, hostfile, self.run_dir)
         if agent.caps.cgroup_base is not None:
             self.group = Group(agent.caps, f"{self.job}-{self.number}")
@@ -174,7 +218,7 @@ class Attempt:
                 float(spec.get("cpus_per_replica") or 0) * local,
                 int(float(spec.get("memory_gib_per_replica") or 0) * local * 2**30),
             )
-        return todo, account, cwd, mounts
+        return todo, who, cwd, mounts
 
     def _local_replicas(self) -> list[int]:
         return [i for i, r in enumerate(self.order["placement"]) if r["node"] == self.agent.node]
@@ -188,51 +232,72 @@ class Attempt:
             )
             return Outcome(1, None, "lost", f"not launched on {self.agent.node}: its lease had expired")
         try:
-            todo, account, cwd, mounts = self._prepare()
+            todo, who, cwd, mounts = self._prepare()
         except SetupError as exc:
             log.warning("job %s attempt %s cannot run here: %s", self.job, self.number, exc)
             return Outcome(1, None, "setup", f"{exc} (node {self.agent.node})")
         except OSError as exc:
             return Outcome(1, None, "setup", f"could not prepare the attempt on {self.agent.node}: {exc}")
-        user_env = {}
-        if account is not None:
-            user_env = {"HOME": account.pw_dir, "USER": account.pw_name, "LOGNAME": account.pw_name}
         fds = self.group.entry_fds() if self.group is not None else []
-        as_user = ["--uid", str(account.pw_uid), "--gid", str(account.pw_gid)] if account is not None else []
+        base = base_env(os.environ, who.home, who.name, who.shell, self.agent.pass_env)
         try:
             for w in todo:
-                logfile = self.logs / f"rank-{w.rank}.log"
-                exit_file = self.run_dir / f"rank-{w.rank}.exit"
-                argv = [sys.executable, "-m", "corral.agent.shim", str(exit_file), *as_user, "--"]
                 try:
-                    with open(logfile, "ab") as out:
-                        proc = subprocess.Popen(
-                            argv + wrap(self.agent.caps, w.argv, mounts, cwd),
-                            env={**os.environ, **user_env, **w.env},
-                            stdin=subprocess.DEVNULL,
-                            stdout=out,
-                            stderr=subprocess.STDOUT,
-                            start_new_session=True,
-                            cwd=cwd,
-                            preexec_fn=preexec(fds, None) if fds else None,
-                        )
+                    proc = self._start_rank(w, who, {**base, **w.env}, cwd, mounts, fds)
                 except (OSError, subprocess.SubprocessError) as exc:
                     log.warning(
                         "job %s attempt %s rank %s did not launch: %s", self.job, self.number, w.rank, exc
                     )
-                    with contextlib.suppress(OSError), open(logfile, "a") as out_text:
-                        out_text.write(f"corral agent: could not launch {w.argv!r}: {exc}\n")
+                    with contextlib.suppress(OSError), open(self.logs / f"rank-{w.rank}.log", "a") as out:
+                        out.write(f"corral agent: could not launch {w.argv!r}: {exc}\n")
                     self._kill_all(signal.SIGKILL)
                     for _, p in self.procs:
                         if p.popen is not None:
                             p.popen.wait()
                     return Outcome(127, w.rank, "launch", f"rank {w.rank} did not launch: {exc}")
+                exit_file = self.run_dir / f"rank-{w.rank}.exit"
                 self.procs.append((w.rank, Rank(proc.pid, exit_file, proc, records.start_time(proc.pid))))
         finally:
             for fd in fds:
                 os.close(fd)
             self._save()
         return None
+
+    def _start_rank(
+        self,
+        w: Worker,
+        who: Identity,
+        env: dict[str, str],
+        cwd: str,
+        mounts: list[dict[str, Any]],
+        fds: list[int],
+    ) -> subprocess.Popen[bytes]:
+        """Start one rank's shim, as the agent's user, with none of the job's environment: what
+        the rank runs with is in its launch file, which the shim reads and deletes."""
+        launch = self.run_dir / f"rank-{w.rank}.launch"
+        body = {
+            "exit_file": str(self.run_dir / f"rank-{w.rank}.exit"),
+            "argv": wrap(self.agent.caps, w.argv, mounts, cwd),
+            "env": env,
+            "cwd": "/" if mounts else cwd,  # bwrap enters `cwd` inside its mounts
+            "uid": who.uid,
+            "gid": who.gid,
+        }
+        files.write_file(launch, json.dumps(body).encode())
+        out = files.open_log(self.logs / f"rank-{w.rank}.log", who.uid, who.gid)
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-I", "-S", SHIM, str(launch)],
+                env=SHIM_ENV,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd="/",
+                preexec_fn=preexec(fds) if fds else None,
+            )
+        finally:
+            os.close(out)
 
     def _save(self) -> None:
         """The record the fence and a restarted agent read (DESIGN.md 6.1)."""
@@ -250,7 +315,7 @@ class Attempt:
         run.launched = float(record.get("launched") or time.monotonic())
         run.run_dir = run_dir
         if record.get("cgroup"):
-            run.group = Group.existing(Path(record["cgroup"]))
+            run.group = Group.existing(agent.caps, Path(record["cgroup"]))
         run.procs = [
             (int(r["rank"]), Rank(int(r["pid"]), run_dir / f"rank-{r['rank']}.exit", None, r.get("start")))
             for r in record.get("ranks", [])
@@ -259,15 +324,23 @@ class Attempt:
 
     # ---- supervising ----------------------------------------------------------------------
     def _signal(self, proc: Rank, sig: int) -> None:
+        """SIGKILL to the rank's whole process group; any other signal to its shim alone, which
+        passes it to the rank's main process (its children are the rank's to stop)."""
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, sig)
+                (os.killpg if sig == signal.SIGKILL else os.kill)(proc.pid, sig)
 
     def _kill_all(self, sig: int) -> None:
         if sig == signal.SIGKILL and self.group is not None:
             self.group.kill()
         for _, p in self.procs:
             self._signal(p, sig)
+
+    def _sweep(self) -> None:
+        """Once the ranks ended: what their main processes left behind in their groups dies too."""
+        for _, p in self.procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
 
     def _wait_all(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -285,6 +358,7 @@ class Attempt:
             log.info("job %s attempt %s: grace of %.0f s over, killing", self.job, self.number, stop.grace)
             self._kill_all(signal.SIGKILL)
             self._wait_all(KILL_AFTER)
+        self._sweep()
         by_rank = dict(self.procs)
         first = by_rank.get(min(by_rank)) if by_rank else None
         code = exit_code_of(first.returncode) if first is not None and first.returncode is not None else 137
@@ -340,9 +414,11 @@ class Attempt:
         if mtime <= self._record_seen:
             return
         self._record_seen = mtime
+        # the job's folders and file: no link followed on the way, no FIFO waited on
+        data = files.read_small(self.agent.checkpoint_root, [self.job, f"attempt-{self.number}", RECORD])
         try:
-            step = int(json.loads(record.read_text())["step"])
-        except (OSError, ValueError, KeyError, TypeError):
+            step = int(json.loads(data or b"")["step"])
+        except (ValueError, KeyError, TypeError):
             return
         age = max(0.0, time.time() - mtime)
         self.agent.report(self.job, self.number, "checkpoint", step=step, age_s=age)
@@ -385,10 +461,13 @@ class Attempt:
             for rank, proc in self.procs:
                 code = proc.poll()
                 if code is not None and code != 0:
+                    with contextlib.suppress(OSError):  # `corral.job.stop_reason()` of the others
+                        (self.run_dir / "checkpoint-requested").write_text("peer_failed\n")
                     self._kill_all(signal.SIGTERM)
                     if not self._wait_all(KILL_AFTER):
                         self._kill_all(signal.SIGKILL)
                         self._wait_all(KILL_AFTER)
+                    self._sweep()
                     tail = tail_of(self.logs / f"rank-{rank}.log")
                     return Outcome(exit_code_of(code), rank, "", "", tail)
             if all(p.poll() == 0 for _, p in self.procs):
@@ -410,6 +489,8 @@ class Agent:
         poll_wait: float = POLL_WAIT,
         *,
         default_user: str | None = None,
+        allow_root: bool = False,
+        pass_env: tuple[str, ...] = (),
         logs_port: int = 0,
         nvml: Any = None,
         fail_gpus: dict[str, str] | None = None,
@@ -420,11 +501,12 @@ class Agent:
         self.node = str(inventory["node"])
         self.data_dir = data_dir
         self.checkpoint_root = checkpoint_root or data_dir / "checkpoints"
-        data_dir.mkdir(parents=True, exist_ok=True)
+        self.pass_env = pass_env  # names of the agent's environment that workers also get
+        files.private_dir(data_dir, files.PASS_THROUGH, exact=True)  # jobs pass to their logs
         self.nvml = nvml  # corral.agent.nvml.Nvml when the GPUs came from NVML: samples at heartbeats
         self.health = Health(data_dir, int(inventory.get("gpus") or 0), fail_gpus or {}, nvml)
-        self.caps = Capabilities.detect(self.node, default_user, data_dir)
-        for note in self.caps.notes:
+        self.caps = Capabilities.detect(self.node, default_user, data_dir, allow_root)
+        for note in [*self.caps.notes, *closed_data_dir(self.caps, data_dir)]:
             log.warning("%s", note)
         log.info("%s", self.caps.summary())
         self.check_checkpoint_root()
@@ -433,6 +515,8 @@ class Agent:
         self.inventory = {**inventory, "logs_url": self.logs.url}
         self.api = Client(server, token)
         self.poller = Client(server, token)
+        self.beats = Client(server, token, timeout=HEARTBEAT_TIMEOUT)
+        self._jitter = random.Random()
         self.incarnation = 0
         self.interval = 5.0
         self.after = 0
@@ -447,7 +531,8 @@ class Agent:
         """DESIGN.md 4.4: the checkpoint root must exist and be writable before the node joins."""
         root = self.checkpoint_root
         try:
-            root.mkdir(parents=True, exist_ok=True)
+            if not root.exists():  # made here: jobs pass through to their own folders
+                files.private_dir(root)
             probe = root / f".corral-probe-{os.getpid()}"
             probe.write_text("ok")
             probe.unlink()
@@ -500,6 +585,8 @@ class Agent:
         """Attempts an earlier incarnation launched and never reported ended: supervised again
         (running ones keep running; ended ones are reported from their shims' exit files)."""
         found = []
+        for path in remove_empty_groups(self.caps):
+            log.info("removed %s, an empty cgroup an earlier agent left", path)
         for run_dir, record in records.unended(self.data_dir):
             try:
                 run = Attempt.adopt(self, run_dir, record)
@@ -512,28 +599,48 @@ class Agent:
         return found
 
     def _heartbeats(self) -> None:
-        while not self.stopping.wait(self.interval):
-            try:
-                samples = None
-                if self.nvml is not None:
-                    try:
-                        samples = self.nvml.sample()
-                    except Exception as exc:  # a failing NVML must not stop the lease
-                        log.warning("NVML sample: %s", exc)
-                sent = time.monotonic()
-                unclean = self._still_unclean()
-                out = self.api.heartbeat(
-                    self.node, self.incarnation, samples, self.health.unhealthy(), unclean=unclean
-                )
-                records.write_lease(self.data_dir, sent + float(out.get("lease_s", LEASE)))
-                if self.attempts:
-                    fence.ensure(self.data_dir)
-            except ClientError as err:
-                if err.status in (404, 409):
-                    with contextlib.suppress(ClientError):
-                        self.register()
-                elif not err.is_unreachable:
-                    log.warning("heartbeat: %s", err.message)
+        """One heartbeat per interval; after a failure, retries quickly with jittered exponential
+        backoff (`retry_delay`), well inside the lease, so that a control plane that restarts (or
+        drops a request) between two beats does not let the lease lapse and the fence kill work."""
+        failures = 0
+        delay = self.interval
+        while not self.stopping.wait(delay):
+            if self._heartbeat(say=failures % 10 == 0):  # a refusal said once per 10 tries in a row
+                if failures:
+                    log.info("heartbeat: answered again after %d failed tries", failures)
+                failures, delay = 0, self.interval
+            else:
+                delay = retry_delay(failures, self.interval, self._jitter.random())
+                failures += 1
+
+    def _heartbeat(self, say: bool = True) -> bool:
+        """One heartbeat (or, when the server asks for it, a registration); True when accepted."""
+        try:
+            samples = None
+            if self.nvml is not None:
+                try:
+                    samples = self.nvml.sample()
+                except Exception as exc:  # a failing NVML must not stop the lease
+                    log.warning("NVML sample: %s", exc)
+            sent = time.monotonic()
+            unclean = self._still_unclean()
+            out = self.beats.heartbeat(
+                self.node, self.incarnation, samples, self.health.unhealthy(), unclean=unclean
+            )
+            records.write_lease(self.data_dir, sent + float(out.get("lease_s", LEASE)))
+            if self.attempts:
+                fence.ensure(self.data_dir)
+            return True
+        except ClientError as err:
+            if err.status in (404, 409):
+                try:
+                    self.register()  # writes the lease too
+                    return True
+                except ClientError as again:
+                    err = again
+            if say and not err.is_unreachable:
+                log.warning("heartbeat: %s", err.message)
+            return False
 
     def _still_unclean(self) -> list[str]:
         """Attempts whose processes survived their kill (a task stuck in the kernel): killed again
@@ -670,10 +777,13 @@ class Agent:
                 self.after = int(orders[-1]["seq"])
                 self.handle(orders)
 
-    def shutdown(self, kill: bool = True) -> None:
+    def shutdown(self, kill: bool = True) -> int:
+        """Stop; with `kill`, SIGKILL every attempt's workers now and wait for them (a few
+        seconds at most). Returns how many attempts were running here."""
         self.stopping.set()
         with contextlib.suppress(Exception):
             self.logs.stop()
+        runs: list[Attempt] = []
         if kill:
             with self._lock:
                 runs = list(self.attempts.values())
@@ -688,3 +798,4 @@ class Agent:
                 with contextlib.suppress(OSError):  # the agent's own group, once empty
                     if base is not None:
                         base.rmdir()
+        return len(runs)

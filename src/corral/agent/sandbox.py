@@ -11,7 +11,9 @@
   source is checked before launch, and a missing source (or a node without `bwrap`) fails the
   attempt at once with its reason: never a silent skip.
 - **user**: a job runs as the Unix user its token maps to (`corral token create --run-as`), never
-  one from the spec and never root; with no mapping it runs as the agent's default user.
+  one from the spec; with no mapping, as the agent's `--default-user` (an agent running as root:
+  `nobody`; otherwise the agent's own user). Never as root (uid 0) unless the node was started
+  with `--allow-root-jobs`. The switch itself happens in the shim (`corral.agent.shim`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ import os
 import pwd
 import shutil
 import signal
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("corral.agent")
+
+UNPRIVILEGED = "nobody"  # whom a root agent runs jobs as when their token maps to no user
 
 
 class SetupError(Exception):
@@ -80,20 +85,28 @@ class Capabilities:
     bwrap: str | None = None
     is_root: bool = False
     default_user: str = ""
+    allow_root: bool = False  # `corral agent --allow-root-jobs`: uid 0 may run jobs here
     notes: list[str] = field(default_factory=list)
 
     @classmethod
-    def detect(cls, node: str, default_user: str | None = None, data_dir: Path | None = None) -> Capabilities:
+    def detect(
+        cls,
+        node: str,
+        default_user: str | None = None,
+        data_dir: Path | None = None,
+        allow_root: bool = False,
+    ) -> Capabilities:
         """`data_dir` names the agent's groups: two agents on one machine (tests, `corral up` beside
         an agent) never share one, so neither kills the other's workers."""
-        caps = cls(is_root=os.geteuid() == 0, bwrap=shutil.which("bwrap"))
+        caps = cls(is_root=os.geteuid() == 0, bwrap=shutil.which("bwrap"), allow_root=allow_root)
         if data_dir is not None:
             node = f"{node}-{hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:8]}"
-        caps.default_user = default_user or pwd.getpwuid(os.geteuid()).pw_name
-        mount, own = _unified_mount(), _own_cgroup_v2()
+        own = pwd.getpwuid(os.geteuid()).pw_name
+        caps.default_user = default_user or (UNPRIVILEGED if caps.is_root else own)
+        mount, own_group = _unified_mount(), _own_cgroup_v2()
         why = "no cgroup v2 hierarchy is mounted"
-        if mount is not None and own is not None:
-            base = mount / own.lstrip("/") / f"corral-{node}"
+        if mount is not None and own_group is not None:
+            base = mount / own_group.lstrip("/") / f"corral-{node}"
             try:
                 base.mkdir(parents=True, exist_ok=True)
                 probe = base / "probe"
@@ -130,10 +143,8 @@ class Capabilities:
                     )
         if caps.bwrap is None:
             caps.notes.append("bubblewrap (bwrap) not found: jobs with mounts fail on this node")
-        if caps.is_root and caps.default_user == "root":
-            caps.notes.append(
-                "jobs without a --run-as mapping run as root: start the agent with --default-user"
-            )
+        if caps.allow_root:
+            caps.notes.append("--allow-root-jobs: jobs whose token maps to root run as root on this node")
         return caps
 
     def summary(self) -> str:
@@ -165,11 +176,12 @@ class Group:
             self.paths.append(path)
 
     @classmethod
-    def existing(cls, v2: Path) -> Group:
-        """The group of an attempt an earlier incarnation of the agent made (v2 only: enough to
-        kill it and to tell when it is empty)."""
+    def existing(cls, caps: Capabilities, v2: Path) -> Group:
+        """The group of an attempt an earlier incarnation of the agent made: its v2 group and the
+        v1 groups of the same name, so that all of them are removed when the attempt ends."""
         group = cls.__new__(cls)
         group.v2, group.paths = v2, [v2]
+        group.paths += [base / v2.name for base in caps.v1_bases.values() if (base / v2.name).is_dir()]
         return group
 
     def limit(self, cpus: float, memory_bytes: int) -> None:
@@ -227,23 +239,93 @@ class Group:
                 path.rmdir()
 
 
-def user_of(caps: Capabilities, run_as: str) -> pwd.struct_passwd | None:
-    """The account a job runs as; None to stay the agent's own. Raises SetupError when it cannot."""
+def remove_empty_groups(caps: Capabilities) -> list[str]:
+    """Remove the attempt groups (v2 and v1) an earlier agent of this data directory left empty
+    (killed with -9 before it removed them); a group that still holds processes stays (rmdir
+    refuses it). Called at start, before any attempt is launched. Returns the paths removed."""
+    removed = []
+    for base in [caps.cgroup_base, *caps.v1_bases.values()]:
+        if base is None:
+            continue
+        try:
+            children = [p for p in base.iterdir() if p.is_dir()]
+        except OSError:
+            continue
+        for child in children:
+            with contextlib.suppress(OSError):
+                child.rmdir()
+                removed.append(str(child))
+    return removed
+
+
+def user_of(caps: Capabilities, run_as: str) -> pwd.struct_passwd:
+    """The account a job runs as (its token's `run_as`, else the node's default user). Raises
+    SetupError when this node cannot run it: no such user, root on a node that does not allow
+    it, or another user than the agent's own while the agent is not root."""
     name = run_as or caps.default_user
-    me = pwd.getpwuid(os.geteuid())
-    if name == me.pw_name:
-        if run_as and me.pw_uid == 0:
-            raise SetupError("jobs never run as root: map the token to another user (--run-as)")
-        return None
     try:
         account = pwd.getpwnam(name)
     except KeyError:
         raise SetupError(f"user {name!r} does not exist on this node") from None
-    if account.pw_uid == 0:
-        raise SetupError(f"user {name!r} is root: jobs never run as root")
-    if not caps.is_root:
-        raise SetupError(f"the agent runs as {me.pw_name} and cannot start jobs as {name!r}")
+    if account.pw_uid == 0 and not caps.allow_root:
+        raise SetupError(
+            f"user {name!r} is root and this node does not run jobs as root: map the token to an "
+            "unprivileged user (corral token create --run-as), or start the node's agent with "
+            "--allow-root-jobs"
+        )
+    if account.pw_uid != os.geteuid() and not caps.is_root:
+        me = pwd.getpwuid(os.geteuid()).pw_name
+        raise SetupError(f"the agent runs as {me} and cannot start jobs as {name!r}")
     return account
+
+
+def blocked_on_the_way(path: Path, account: pwd.struct_passwd) -> Path | None:
+    """The first folder on the way to `path` (itself included) that `account` cannot pass
+    through (no search permission for it, with its primary group only), or None."""
+    if account.pw_uid == 0:
+        return None
+    folder = Path("/")
+    for part in [None, *path.resolve().parts[1:]]:
+        folder = folder / part if part else folder
+        try:
+            info = folder.stat()
+        except OSError:
+            return folder
+        if info.st_uid == account.pw_uid:
+            bit = stat.S_IXUSR
+        elif info.st_gid == account.pw_gid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not info.st_mode & bit:
+            return folder
+    return None
+
+
+def check_reach(path: Path, account: pwd.struct_passwd) -> None:
+    """SetupError when the job's user could not enter `path` (its working directory)."""
+    blocked = blocked_on_the_way(path, account)
+    if blocked is not None:
+        raise SetupError(
+            f"user {account.pw_name!r} cannot enter {path}: {blocked} is closed to it; give the "
+            "job a working_dir it can enter, or put the agent's data directory (--data-dir, "
+            "CORRAL_DATA_DIR) where it can pass through (e.g. /var/lib/corral)"
+        )
+
+
+def closed_data_dir(caps: Capabilities, data_dir: Path) -> list[str]:
+    """A note for the agent's log when its default user's jobs could not reach their folders."""
+    try:
+        account = pwd.getpwnam(caps.default_user)
+    except KeyError:
+        return [f"default user {caps.default_user!r} does not exist: jobs without --run-as fail"]
+    blocked = blocked_on_the_way(data_dir, account)
+    if blocked is None or not caps.is_root:
+        return []
+    return [
+        f"{blocked} is closed to {account.pw_name}, so its jobs cannot enter their folders under "
+        f"{data_dir}: choose a --data-dir it can pass through (e.g. /var/lib/corral)"
+    ]
 
 
 def check_mounts(caps: Capabilities, mounts: list[dict[str, Any]]) -> None:
@@ -270,18 +352,13 @@ def wrap(caps: Capabilities, argv: list[str], mounts: list[dict[str, Any]], cwd:
     return [*out, "--chdir", cwd, "--", *argv]
 
 
-def preexec(fds: list[int], account: pwd.struct_passwd | None) -> Any:
-    """What a worker runs between fork and exec: join the cgroups, then drop to its user.
-
-    Only system calls on values prepared by the parent (no locks, no allocation to speak of)."""
+def preexec(fds: list[int]) -> Any:
+    """What a rank's shim runs between fork and exec: join the attempt's cgroups (the shim drops
+    to the job's user itself). Only system calls on values prepared by the parent."""
     data = b"0"
 
     def run() -> None:
         for fd in fds:
             os.write(fd, data)
-        if account is not None:
-            os.setgroups([])
-            os.setgid(account.pw_gid)
-            os.setuid(account.pw_uid)
 
     return run

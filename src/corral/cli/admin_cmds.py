@@ -76,7 +76,12 @@ def resume(
 @admin_app.command()
 def policy(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(metavar="POLICY", help="a policy of `corral policies`")],
+    name: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[POLICY]", help="a policy of `corral policies`; none: show the one in effect"
+        ),
+    ] = None,
     arg: Annotated[
         list[str] | None,
         typer.Option("--arg", help="a plugin argument PLUGIN.KEY=VALUE (repeat)"),
@@ -86,7 +91,8 @@ def policy(
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Change the scheduling policy: a new configuration revision (`corral queues rollback` undoes it)."""
+    """Show the scheduling policy in effect, or change it: a new configuration revision
+    (`corral queues rollback` undoes it)."""
     from corral.core.errors import ConfigError
     from corral.policies.registry import parse_plugin_args
 
@@ -94,6 +100,23 @@ def policy(
         args = parse_plugin_args(arg or [])
     except ConfigError as exc:
         fail(exc.detail, exc.fix)
+    if name is None:
+        if args or comment:
+            fail(
+                "--arg and --comment change a policy",
+                "name the policy: corral admin policy default --arg ...",
+            )
+        with connect(ctx, server, token) as corral:
+            shown = corral.policy()
+        if as_json:
+            print_json(shown)
+            return
+        typer.echo(f"policy {shown['name']} (from {shown['source']})")
+        for plugin, values in shown["plugins"].items():
+            given = shown["args"].get(plugin, {})
+            text = ", ".join(f"{k}={v}" + (" (set)" if k in given else "") for k, v in values.items())
+            typer.echo(f"  {plugin}: {text or '(no arguments)'}")
+        return
     with connect(ctx, server, token) as corral:
         out = corral.set_policy(name, args or None, comment)
     if as_json:
@@ -142,9 +165,13 @@ def restore(
     if not yes:
         typer.confirm(f"Replace the database {url} with {path}? The server must be stopped", abort=True)
     from corral.server.backup import restore as restore_database
+    from corral.store.inuse import DatabaseInUse, exclusive
 
     try:
-        restore_database(url, str(path))
+        with exclusive(url):  # refused while a server or scheduler holds its lease on the database
+            restore_database(url, str(path))
+    except DatabaseInUse as exc:
+        fail(f"restore refused: {exc}", "stop the server (and any `corral scheduler`) first", code=1)
     except Exception as exc:  # sqlite3, pg_restore: what failed is in the message
         fail(f"restore failed: {exc}", "check that the server is stopped and the URL is right", code=1)
     typer.echo(f"restored {url} from {path}; start the server again")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import sys
@@ -37,7 +38,20 @@ def agent(
     ] = None,
     default_user: Annotated[
         str | None,
-        typer.Option(help="Unix user for jobs whose token maps to none (default: the agent's own user)"),
+        typer.Option(
+            help="Unix user for jobs whose token maps to none "
+            "(default: nobody for an agent run as root, else the agent's own user)"
+        ),
+    ] = None,
+    allow_root_jobs: Annotated[
+        bool, typer.Option(help="let jobs whose user is root (uid 0) run on this node (default: refused)")
+    ] = False,
+    pass_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="also give workers this variable of the agent's environment (repeat; e.g. LD_LIBRARY_PATH)",
+            show_default=False,
+        ),
     ] = None,
     logs_port: Annotated[
         int, typer.Option(min=0, max=65535, help="port the agent serves worker logs on (0: any free port)")
@@ -57,7 +71,10 @@ def agent(
     from corral.cli import settings
     from corral.client import ClientError
 
+    os.umask(0o077)  # its records hold jobs' env: private unless made readable on purpose
     logging.basicConfig(level=logging.INFO, format="%(asctime)s corral agent: %(message)s", stream=sys.stderr)
+    for chatty in ("httpx", "httpcore"):  # a line per heartbeat, poll and report says nothing
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     directory = data_dir or settings.data_dir()
     found = declared_or_detected(gpus, gpu_model)
     body = inventory(node or socket.gethostname(), found, address or address_towards(server))
@@ -74,6 +91,8 @@ def agent(
             directory,
             checkpoint_root,
             default_user=default_user,
+            allow_root=allow_root_jobs,
+            pass_env=tuple(pass_env or ()),
             logs_port=logs_port,
             nvml=sampler,
             fail_gpus={str(g): "declared faulty (--fail-gpu)" for g in fail_gpu or ()},

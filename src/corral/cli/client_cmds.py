@@ -205,8 +205,13 @@ def _is_held(job: dict[str, Any]) -> bool:
 
 
 def _why(job: dict[str, Any]) -> str:
-    """The reason a job waits or ended badly; a finished or cancelled job's last reason is stale."""
-    return str(job.get("reason") or "") if job["state"] in ("pending", "rejected", "failed") else ""
+    """The reason a job waits or ended badly (a time it names followed by how far it is from now,
+    e.g. "at 10:45:00 UTC (in 3m)"); a finished or cancelled job's last reason is stale."""
+    if job["state"] not in ("pending", "rejected", "failed"):
+        return ""
+    from corral.core.reasons import with_relative
+
+    return with_relative(str(job.get("reason") or ""), job.get("reason_at"), time.time())
 
 
 def _shape(job: dict[str, Any]) -> str:
@@ -249,9 +254,7 @@ def show(
             ("restarts", f"{job['restarts']} of {job['max_restarts']}"),
             ("placement", placement_text(job["placement"])),
             ("submitted", when(job["submit_time"])),
-            ("started", when(job["start_time"])),
-            ("ended", when(job["end_time"])),
-            ("exit code", job["exit_code"]),
+            *_attempt_times(job),
             ("command", " ".join(job["command"])),
         ]
     )
@@ -266,6 +269,20 @@ def show(
         typer.echo(f"last lines of rank {last.get('rank')}'s log (attempt {last.get('attempt')}):")
         for line in str(last["log_tail"]).splitlines():
             typer.echo(f"  | {line}")
+
+
+def _attempt_times(job: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Start, end and exit code; a pending job's are its previous attempt's, and say so."""
+    if job["state"] != "pending" or not job["attempt"]:
+        return [
+            ("started", when(job["start_time"])),
+            ("ended", when(job["end_time"])),
+            ("exit code", job["exit_code"]),
+        ]
+    parts = [f"started {when(job['start_time'])}" if job["start_time"] else ""]
+    parts += [f"ended {when(job['end_time'])}" if job["end_time"] else ""]
+    parts += [f"exit code {job['exit_code']}" if job["exit_code"] is not None else ""]
+    return [(f"attempt {job['attempt']}", ", ".join(p for p in parts if p) or None)]
 
 
 def _history(history: dict[str, Any]) -> list[tuple[float, str, str]]:

@@ -1,4 +1,4 @@
-"""The operators' commands: `nodes` (cordon, drain, undrain), `queues` (set, history, rollback),
+"""The operators' commands: `nodes` (cordon, drain, undrain, forget), `queues` (set, history, rollback),
 `audit` and `token create|list|revoke` (DESIGN.md 4.9); `admin` is in `admin_cmds`."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ NodeArg = Annotated[str, typer.Argument(metavar="NODE", help="the node's name")]
 Reason = Annotated[str, typer.Option(help="why (shown in `corral nodes`)")]
 
 # ---- nodes -------------------------------------------------------------------------------------
-nodes_app = typer.Typer(help="Nodes: list them, or (admins) cordon, drain and undrain one.")
+nodes_app = typer.Typer(help="Nodes: list them, or (admins) cordon, uncordon, drain, undrain or forget one.")
 app.add_typer(nodes_app, name="nodes", rich_help_panel=PANEL, invoke_without_command=True)
 
 
@@ -58,7 +58,7 @@ def nodes(
             f"{n['allocated']}/{n['gpus']}",
             n["free"],
             n["gpu_model"],
-            gpu_ranges(n["unhealthy"]) if n["unhealthy"] else "",
+            gpu_ranges(sorted(int(g) for g in n["unhealthy"])) if n["unhealthy"] else "",
             f"{n['heartbeat_age_s']:.0f}s ago" if n.get("heartbeat_age_s") is not None else "",
             node_reason(n),
         )
@@ -176,8 +176,42 @@ def undrain(
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Take new work on a cordoned or draining node again."""
+    """End a drain (or a cordon): the node takes new work again."""
     _node_change(ctx, "undrain", node, server, token, as_json)
+
+
+@nodes_app.command()
+def forget(
+    ctx: typer.Context,
+    node: NodeArg,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Revoke the agent tokens bound to the node, so that a new agent may register it (a replaced
+    host, a lost token); its running jobs stay until the new agent registers or the node is lost."""
+    with connect(ctx, server, token) as corral:
+        out = corral.forget(node)
+    if as_json:
+        print_json(out)
+        return
+    revoked = ", ".join(out["revoked"]) or "none"
+    typer.echo(
+        f"{out['name']}: forgotten (agent tokens revoked: {revoked}); "
+        "a new agent may register it with a join token"
+    )
+
+
+@nodes_app.command()
+def uncordon(
+    ctx: typer.Context,
+    node: NodeArg,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Lift a cordon: the node takes new work again (a draining node needs `undrain`)."""
+    _node_change(ctx, "uncordon", node, server, token, as_json)
 
 
 # ---- queues ------------------------------------------------------------------------------------
@@ -281,13 +315,23 @@ def history(
             ("* " if r["revision"] == out["active"] else "  ") + str(r["revision"]),
             when(r["created_at"]),
             r["author"],
+            _policy_text(r),
             r["comment"],
         )
         for r in out["revisions"]
     ]
     print_table(
-        ("REVISION", "CREATED", "AUTHOR", "COMMENT"), rows, empty="no revisions: the built-in default"
+        ("REVISION", "CREATED", "AUTHOR", "POLICY", "COMMENT"),
+        rows,
+        empty="no revisions: the built-in default",
     )
+
+
+def _policy_text(revision: dict[str, Any]) -> str:
+    """`default` or `default (fair_share.half_life=604800)`."""
+    args = revision.get("policy_args") or {}
+    given = ", ".join(f"{p}.{k}={v}" for p, values in args.items() for k, v in values.items())
+    return str(revision.get("policy", "")) + (f" ({given})" if given else "")
 
 
 @queues_app.command()
@@ -313,13 +357,27 @@ def audit(
     ctx: typer.Context,
     limit: Annotated[int, typer.Option(help="the newest this many records", min=1, max=10_000)] = 200,
     after: Annotated[int, typer.Option(help="only records with a larger id", min=0)] = 0,
+    who: Annotated[str, typer.Option(help="only this token name's records, e.g. admin")] = "",
+    action: Annotated[str, typer.Option(help="only actions containing this, e.g. /v1/nodes or DELETE")] = "",
+    since: Annotated[str | None, typer.Option(help="only the last DURATION, e.g. 1h or 2d")] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Who changed what, and the result (admins): every mutating call leaves a record."""
+    """Who changed what, and the result (admins): every mutating call leaves a record (agents'
+    heartbeats and accepted reports excepted)."""
+    import time
+
+    start = 0.0
+    if since is not None:
+        from corral.config.durations import parse_duration
+
+        try:
+            start = time.time() - parse_duration(since)
+        except ValueError as exc:
+            fail(f"--since {since!r}: {exc}")
     with connect(ctx, server, token) as corral:
-        found = corral.audit(limit=limit, after=after)
+        found = corral.audit(limit=limit, after=after, who=who, action=action, since=start)
     if as_json:
         print_json({"audit": found})
         return
@@ -339,14 +397,18 @@ def token_create(
     role: Annotated[str, typer.Option(help="admin, member or agent")],
     team: Annotated[str, typer.Option(help="member: the team whose queues and jobs it may use")] = "",
     node: Annotated[str, typer.Option(help="agent: bind it to this node now")] = "",
-    run_as: Annotated[str, typer.Option(help="member: the Unix user its jobs run as")] = "",
+    run_as: Annotated[str, typer.Option(help="member: the Unix user its jobs run as (never root)")] = "",
+    allow_root: Annotated[
+        bool,
+        typer.Option(help="accept --run-as root (its jobs run only on nodes with --allow-root-jobs)"),
+    ] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a token; its secret is printed this once."""
     with connect(ctx, server, token) as corral:
-        out = corral.create_token(name, role, team=team, node=node, run_as=run_as)
+        out = corral.create_token(name, role, team=team, node=node, run_as=run_as, allow_root=allow_root)
     if as_json:
         print_json(out)
         return

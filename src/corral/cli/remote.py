@@ -178,8 +178,15 @@ def seconds_text(seconds: float | None) -> str:
 
 
 def placement_text(placement: Sequence[dict[str, Any]]) -> str:
-    """`dgx01:0-3 dgx02:0-7`: each replica's node and GPU indices, in rank order."""
-    return " ".join(f"{p['node']}:{gpu_ranges(p.get('gpus', []))}" for p in placement)
+    """`dgx01:0-3 dgx02:0-7`: the GPUs of each node, in rank order; consecutive replicas on one
+    node are one entry (a gang of 8 x 1 GPU on a node is `dgx01:0-7`, not eight entries)."""
+    merged: list[tuple[str, list[int]]] = []
+    for p in placement:
+        if merged and merged[-1][0] == p["node"]:
+            merged[-1][1].extend(p.get("gpus", []))
+        else:
+            merged.append((p["node"], list(p.get("gpus", []))))
+    return " ".join(f"{node}:{gpu_ranges(sorted(gpus))}" for node, gpus in merged)
 
 
 def gpu_ranges(gpus: Sequence[int]) -> str:

@@ -37,7 +37,7 @@ def server(
         str, typer.Option(help="SQLite: normal (survives kill -9) or full (survives power loss)")
     ] = "normal",
     no_scheduler: Annotated[
-        bool, typer.Option(help="serve the API only (run `corral scheduler` elsewhere)")
+        bool, typer.Option("--no-scheduler", help="serve the API only (run `corral scheduler` elsewhere)")
     ] = False,
     reports_dir: Annotated[
         Path | None,
@@ -49,29 +49,42 @@ def server(
             min=0, help="seconds of agent silence before a node is lost and its jobs requeued (0: never)"
         ),
     ] = 30.0,
+    auth_failures: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="failed authentications one client address may make at once; then one a second, "
+            "others answered 429 (valid tokens are never refused; 0: no limit)",
+        ),
+    ] = 20,
 ) -> None:
     """Run the control plane: the HTTP API (FastAPI on uvicorn) and the scheduler process."""
+    from corral.core.errors import ConfigError
     from corral.server.main import ServerOptions, serve
 
     directory = data_dir()
-    serve(
-        ServerOptions(
-            database_url=database_url or default_database_url(directory),
-            host=host,
-            port=port,
-            data_dir=directory,
-            policy=policy,
-            cluster_file=cluster,
-            allow_dynamic_nodes=allow_dynamic_nodes,
-            insecure_http=insecure_http,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-            scheduler=not no_scheduler,
-            durability=durability,
-            reports_dir=reports_dir,
-            lost_after=lost_after,
+    try:
+        serve(
+            ServerOptions(
+                database_url=database_url or default_database_url(directory),
+                host=host,
+                port=port,
+                data_dir=directory,
+                policy=policy,
+                cluster_file=cluster,
+                allow_dynamic_nodes=allow_dynamic_nodes,
+                insecure_http=insecure_http,
+                tls_cert=tls_cert,
+                tls_key=tls_key,
+                scheduler=not no_scheduler,
+                durability=durability,
+                reports_dir=reports_dir,
+                lost_after=lost_after,
+                auth_failures=auth_failures,
+            )
         )
-    )
+    except ConfigError as exc:  # the cluster file, or a revision that would strand live jobs
+        raise SystemExit(f"corral server: {exc}") from None
 
 
 @app.command(rich_help_panel="Control plane")
@@ -80,6 +93,12 @@ def scheduler(
     policy: Annotated[str, typer.Option(help="scheduling policy")] = "default",
 ) -> None:
     """Run a scheduler process on its own (`corral server` starts one for you)."""
+    from corral.server.main import hold_database
     from corral.server.scheduler import main
 
-    main(database_url or default_database_url(data_dir()), policy)
+    url = database_url or default_database_url(data_dir())
+    lease = hold_database(url)  # `corral admin restore` refuses while it is held
+    try:
+        main(url, policy)
+    finally:
+        lease.close()

@@ -5,11 +5,16 @@ dynamic nodes allowed, no cluster file: one `default` queue), and, once the API 
 registers this machine as a node with the GPUs NVML finds (or `--gpus N --gpu-model M`)
 through the agents' API with an agent token of its own, and writes the server URL and an
 admin token to your config (mode 0600) so `corral submit` works from any terminal.
+
+Jobs run as the user who ran `corral up`; run as root, as `$SUDO_USER` (under sudo) or else
+`nobody`, never as root unless `--run-as root` says so. SIGTERM or Ctrl-C stops the server and
+kills the workers of this machine's jobs before `corral up` exits.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 import time
@@ -71,11 +76,20 @@ def up(
     gpu_model: Annotated[str | None, typer.Option(help="their model, e.g. H100-80GB")] = None,
     node: Annotated[str | None, typer.Option(help="this node's name (default: the host name)")] = None,
     policy: Annotated[str, typer.Option(help="scheduling policy (see `corral policies`)")] = "default",
+    run_as: Annotated[
+        str | None,
+        typer.Option(
+            help="Unix user the jobs run as (default: yours; as root: $SUDO_USER, else nobody)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run Corral on this machine: API, scheduler and this machine as its node; Ctrl-C stops it."""
     from corral.cli.settings import data_dir, default_database_url
     from corral.server.main import ServerOptions, check_listen, serve
 
+    os.umask(0o077)  # the database, job records and logs are private (DESIGN.md 6.6)
+    user = jobs_user(run_as)
     directory = data_dir()
     opts = ServerOptions(
         database_url=default_database_url(directory),
@@ -84,6 +98,7 @@ def up(
         data_dir=directory,
         policy=policy,
         allow_dynamic_nodes=True,
+        banner=False,  # `_announce` says where things are, with the node and the login link
     )
     check_listen(opts)
     if not _port_is_free(host, port):
@@ -96,21 +111,41 @@ def up(
     agents: list[Agent] = []
     joiner = threading.Thread(
         target=_join,
-        args=(url, directory, local_inventory(name, found), found, agents),
+        args=(url, directory, local_inventory(name, found), found, agents, user),
         name="corral-up-node",
         daemon=True,
     )
     joiner.start()
+    # uvicorn re-raises the signal it stopped on once it has restored this handler: without it, a
+    # SIGTERM would end the process before the `finally` below and leave the workers to the fence
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         serve(opts)
-    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it shut down on: the normal way out
-        typer.echo("corral up: stopped")
+    except KeyboardInterrupt:  # the normal way out: Ctrl-C or SIGTERM
+        pass
     finally:
-        for running in agents:  # its workers are process groups of their own: Ctrl-C does not reach them
-            running.shutdown()
+        stopped = sum(running.shutdown() for running in agents)  # workers are process groups of their own
+        typer.echo(f"corral up: stopped (and the workers of {stopped} running job attempts)")
 
 
-def _join(url: str, directory: Path, inventory: dict[str, Any], gpus: Gpus, agents: list[Agent]) -> None:
+def _interrupt(*_: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def jobs_user(run_as: str | None) -> str | None:
+    """The user jobs run as: `--run-as`, else the invoking user (None: the agent's own); as root,
+    `$SUDO_USER` (a human who ran `sudo corral up`) or else `nobody`."""
+    if run_as:
+        return run_as
+    if os.geteuid() != 0:
+        return None
+    sudo_user = os.environ.get("SUDO_USER", "")
+    return sudo_user if sudo_user and sudo_user != "root" else "nobody"
+
+
+def _join(
+    url: str, directory: Path, inventory: dict[str, Any], gpus: Gpus, agents: list[Agent], user: str | None
+) -> None:
     """After the API answers: register the node, write the config, say what is where; then run
     this machine's node agent (heartbeats, and the workers of the jobs placed here)."""
     from corral.agent.runner import Agent
@@ -122,10 +157,12 @@ def _join(url: str, directory: Path, inventory: dict[str, Any], gpus: Gpus, agen
         admin = _admin_token(url, directory)
         node, _ = _register(url, directory, admin, inventory)
         node.close()
-        _announce(url, directory, admin, inventory, gpus)
+        _announce(url, directory, admin, inventory, gpus, user)
         token = (directory / "agent-token").read_text().strip()  # `_register` keeps it there
         # long polls of 2 s end within the server's 3 s graceful stop: Ctrl-C cancels none of them
-        running = Agent(url, token, inventory, directory, poll_wait=2.0)
+        running = Agent(
+            url, token, inventory, directory, poll_wait=2.0, default_user=user, allow_root=user == "root"
+        )
         agents.append(running)
         running.run()
     except ClientError as err:
@@ -203,7 +240,9 @@ def _register(url: str, directory: Path, admin: str, inventory: dict[str, Any]) 
         raise
 
 
-def _announce(url: str, directory: Path, admin: str, inventory: dict[str, Any], gpus: Gpus) -> None:
+def _announce(
+    url: str, directory: Path, admin: str, inventory: dict[str, Any], gpus: Gpus, user: str | None
+) -> None:
     from corral.cli.dashboard_cmd import login_link
     from corral.cli.settings import write_config
     from corral.client import Client, ClientError
@@ -221,6 +260,13 @@ def _announce(url: str, directory: Path, admin: str, inventory: dict[str, Any], 
         f"prints a fresh one):\n  {link}",
         f"Node {inventory['node']} joined with {gpus.count}{model} GPUs.",
     ]
+    blocked = _closed_to(user, directory)
+    if blocked is not None:
+        lines.append(
+            f"Warning: {blocked} is closed to {user}, so its jobs cannot enter their folders under "
+            f"{directory}: set CORRAL_DATA_DIR to a folder it can pass through (e.g. /var/lib/corral), "
+            "or choose another user with --run-as."
+        )
     if gpus.count == 0:
         lines.append(
             f"No GPU declared or found ({gpus.why_none}), so this node has 0 GPUs. "
@@ -229,7 +275,29 @@ def _announce(url: str, directory: Path, admin: str, inventory: dict[str, Any], 
     lines += [
         f"Wrote the server URL and an admin token to {config} (mode 0600): "
         "`corral submit` and `corral jobs` work from any terminal.",
-        f"This node's agent runs the jobs placed on it; their output is in {directory / 'logs'}.",
+        f"This node's agent runs the jobs placed on it as {user or _me()}"
+        + (" (root: --run-as root)" if user == "root" else "")
+        + f"; their output is in {directory / 'logs'}.",
         "Stop with Ctrl-C.",
     ]
     typer.echo("\n".join(lines))
+
+
+def _me() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def _closed_to(user: str | None, directory: Path) -> Path | None:
+    """The folder on the way to the data directory that the jobs' user cannot pass, if any."""
+    import pwd
+
+    from corral.agent.sandbox import blocked_on_the_way
+
+    if user is None or os.geteuid() != 0:
+        return None
+    try:
+        return blocked_on_the_way(directory, pwd.getpwnam(user))
+    except KeyError:
+        return None  # the node says so at the first job

@@ -262,6 +262,13 @@ class Client:
     def undrain(self, name: str) -> JsonObject:
         return self._node_action(name, "undrain", {})
 
+    def forget(self, name: str) -> JsonObject:
+        """Revoke the agent tokens bound to the node (admins): a new join token may then register it."""
+        return self._node_action(name, "forget", {})
+
+    def uncordon(self, name: str) -> JsonObject:
+        return self._node_action(name, "uncordon", {})
+
     # ---- queues and configuration revisions ------------------------------------------------
     def queues(self) -> list[JsonObject]:
         out: list[JsonObject] = self.request("GET", "/v1/queues")["queues"]
@@ -284,6 +291,11 @@ class Client:
         out: JsonObject = self.request("GET", "/v1/config/revisions")
         return out
 
+    def policy(self) -> JsonObject:
+        """The policy in effect: `{"name", "args", "plugins", "revision", "source"}`."""
+        out: JsonObject = self.request("GET", "/v1/policy")
+        return out
+
     def set_policy(self, name: str, args: Mapping[str, Any] | None = None, comment: str = "") -> JsonObject:
         """Make `name` (with plugin `args`) the scheduling policy, as a new configuration revision."""
         out: JsonObject = self.request(
@@ -303,10 +315,10 @@ class Client:
         )
         return out
 
-    def audit(self, *, limit: int = 200, after: int = 0) -> list[JsonObject]:
-        out: list[JsonObject] = self.request("GET", "/v1/audit", params={"limit": limit, "after": after})[
-            "audit"
-        ]
+    def audit(self, *, limit: int = 200, after: int = 0, **filters: Any) -> list[JsonObject]:
+        """Audit records; `filters`: who, action (a substring), since and until (Unix times)."""
+        params = {"limit": limit, "after": after, **{k: v for k, v in filters.items() if v}}
+        out: list[JsonObject] = self.request("GET", "/v1/audit", params=params)["audit"]
         return out
 
     def usage(self, *, since: float = 0.0) -> list[JsonObject]:
@@ -316,10 +328,19 @@ class Client:
 
     # ---- tokens and admin verbs ------------------------------------------------------------
     def create_token(
-        self, name: str, role: str, *, team: str = "", node: str = "", run_as: str = ""
+        self,
+        name: str,
+        role: str,
+        *,
+        team: str = "",
+        node: str = "",
+        run_as: str = "",
+        allow_root: bool = False,
     ) -> JsonObject:
         """A new token; the secret (`token`) is in this answer only."""
-        body = {"name": name, "role": role, "team": team, "node": node, "run_as": run_as}
+        body: JsonObject = {"name": name, "role": role, "team": team, "node": node, "run_as": run_as}
+        if allow_root:
+            body["allow_root"] = True
         out: JsonObject = self.request("POST", "/v1/tokens", body=body)
         return out
 

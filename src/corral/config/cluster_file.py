@@ -13,6 +13,7 @@ from corral.config.durations import format_duration
 from corral.config.gpu_models import normalise_gpu_model
 from corral.config.hostlist import expand_hostlist
 from corral.config.invalid import InvalidValue
+from corral.config.unknown_fields import check_known_fields
 from corral.config.yaml_source import FieldPath, Locator, load_yaml
 from corral.core.model import (
     DEFAULT_PRIORITY_CLASSES,
@@ -74,10 +75,17 @@ def load_cluster_file(path: str | Path) -> ClusterConfig:
     return parse_cluster_config(data, str(path), lines)
 
 
+# Kept by the control plane with a stored configuration revision (`corral admin policy`).
+REVISION_FIELDS = ("policy", "policy_args")
+
+
 def parse_cluster_config(
-    data: object, source: str = "", lines: Mapping[FieldPath, int] | None = None
+    data: object, source: str = "", lines: Mapping[FieldPath, int] | None = None, *, strict: bool = True
 ) -> ClusterConfig:
-    """Validate an already-loaded document; `lines` (from `load_yaml`) puts line numbers in errors."""
+    """Validate an already-loaded document; `lines` (from `load_yaml`) puts line numbers in errors.
+
+    `strict` refuses unknown fields (a typo in a file someone wrote); the control plane reads its
+    own stored revisions with `strict=False`, so a revision stored before a field was known loads."""
     loc = Locator(source, lines or {})
     if data is None:
         raise loc.error((), "the cluster file is empty", f"declare at least `nodes:`; {_DOCS}")
@@ -87,6 +95,8 @@ def parse_cluster_config(
             f"the top level is a {type(data).__name__}, not a mapping",
             f"write `name:`, `nodes:`...; {_DOCS}",
         )
+    if strict:
+        check_known_fields(data, ClusterFile, loc, ignored=REVISION_FIELDS)
     try:
         model = ClusterFile.model_validate(data)
     except ValidationError as exc:

@@ -10,12 +10,32 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, PrivateAttr, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    PrivateAttr,
+    ValidationError,
+)
 
 from corral.config.cluster_file import ClusterConfig
 from corral.config.durations import format_duration, parse_duration
 from corral.config.gpu_models import normalise_gpu_model
 from corral.config.invalid import InvalidValue
+from corral.config.spec_bounds import (
+    MAX_CPUS,
+    MAX_MEMORY_GIB,
+    MAX_NAME,
+    MAX_RESTARTS,
+    bounded_time_limit,
+    launchable_argv,
+    launchable_env,
+    mount_target,
+    no_nul_path,
+)
+from corral.config.unknown_fields import check_known_fields
 from corral.config.yaml_source import FieldPath, Locator, load_yaml
 from corral.core.errors import ConfigError
 from corral.core.model import (
@@ -133,14 +153,15 @@ def _absolute_path(value: object) -> str:
     return value
 
 
-TimeLimit = Annotated[float | None, PlainValidator(_time_limit)]
+TimeLimit = Annotated[float | None, PlainValidator(_time_limit), AfterValidator(bounded_time_limit)]
 Grace = Annotated[float, PlainValidator(_grace)]
 SignalName = Annotated[str, PlainValidator(_signal)]
 PriorityRef = Annotated[str | int | None, PlainValidator(_priority)]
 GpuModels = Annotated[tuple[str, ...], PlainValidator(_gpu_models)]
-Command = Annotated[tuple[str, ...], PlainValidator(_command)]
-Env = Annotated[dict[str, str], PlainValidator(_env)]
-AbsolutePath = Annotated[str, PlainValidator(_absolute_path)]
+Command = Annotated[tuple[str, ...], PlainValidator(_command), AfterValidator(launchable_argv)]
+Env = Annotated[dict[str, str], PlainValidator(_env), AfterValidator(launchable_env)]
+AbsolutePath = Annotated[str, PlainValidator(_absolute_path), AfterValidator(no_nul_path)]
+MountTarget = Annotated[str, PlainValidator(_absolute_path), AfterValidator(mount_target)]
 
 
 class _Entry(BaseModel):
@@ -165,14 +186,14 @@ class MountRequest(_Entry):
     """One `mounts:` entry."""
 
     source: AbsolutePath
-    target: AbsolutePath
+    target: MountTarget
     read_only: bool = False
 
 
 class JobRequest(_Entry):
     """A job spec as the user wrote it; `to_job_spec` resolves it against a cluster."""
 
-    name: str = ""
+    name: str = Field("", max_length=MAX_NAME)
     queue: str | None = None
     priority: PriorityRef = None
     replicas: int = Field(1, ge=1)
@@ -183,13 +204,13 @@ class JobRequest(_Entry):
     time_limit: TimeLimit = None
     preemptible: bool = True
     checkpoint: CheckpointRequest = CheckpointRequest()
-    max_restarts: int = Field(3, ge=0)
+    max_restarts: int = Field(3, ge=0, le=MAX_RESTARTS)
     command: Command = ()
     env: Env = Field(default_factory=dict)
     mounts: list[MountRequest] = Field(default_factory=list)
     working_dir: AbsolutePath | None = None  # default: the attempt's own run folder on the node
-    cpus_per_replica: int = Field(0, ge=0)
-    memory_gib_per_replica: float = Field(0.0, ge=0)
+    cpus_per_replica: int = Field(0, ge=0, le=MAX_CPUS)
+    memory_gib_per_replica: float = Field(0.0, ge=0, le=MAX_MEMORY_GIB)
 
     # a plain default: pydantic inspects a default_factory's signature on every parse (~30 µs)
     _locator: Locator | None = PrivateAttr(default=None)
@@ -212,12 +233,39 @@ def parse_job_spec(
         raise loc.error(
             (), f"the job spec is a {type(data).__name__}, not a mapping", "write `name:`, `command:`..."
         )
+    _refuse_unknown_fields(data, loc)
     try:
         request = JobRequest.model_validate(data)
     except ValidationError as exc:
         raise loc.validation_error(exc) from exc
     request._locator = loc
     return request
+
+
+# Fields the server adds to a job object (`corral show --json`): a spec that carries them back is
+# accepted and they are dropped; `gpus` only when it agrees with replicas x gpus_per_replica.
+SERVER_FIELDS = frozenset(
+    {
+        "id", "state", "user", "team", "attempt", "placement", "reason", "reason_code", "reason_at", "held",
+        "priority_class", "restarts", "submit_time", "start_time", "end_time", "exit_code",
+    }
+)  # fmt: skip
+
+
+def _refuse_unknown_fields(data: Mapping[str, object], loc: Locator) -> None:
+    """ConfigError for a field the job spec does not define ("did you mean `gpus_per_replica`?")."""
+    check_known_fields(data, JobRequest, loc, ignored=SERVER_FIELDS | {"gpus"})
+    if "gpus" not in data:
+        return
+    replicas, per_replica = data.get("replicas", 1), data.get("gpus_per_replica", 1)
+    total = replicas * per_replica if isinstance(replicas, int) and isinstance(per_replica, int) else None
+    if data["gpus"] != total:
+        raise loc.error(
+            ("gpus",),
+            f"`gpus` is not a job spec field, and {data['gpus']!r} disagrees with replicas x"
+            f" gpus_per_replica ({replicas} x {per_replica})",
+            "write `replicas:` and `gpus_per_replica:`; `corral submit --gpus N` is the shorthand",
+        )
 
 
 def to_job_spec(

@@ -13,15 +13,18 @@ from bisect import bisect_left
 from collections.abc import Hashable
 
 from corral.core import order, repeats, reserve
+from corral.core import reasons as why_text
 from corral.core.decisions import CycleResult, Reason, Reject, Reserve, Start, Why
 from corral.core.fairshare import advance_usage
 from corral.core.jobs import PendingJob, shape_of
 from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
 from corral.core.placement import Miss, NodeMask, Request, place, sure_miss
 from corral.core.plugins import Profile
+from corral.core.preempt import SameQueue
 from corral.core.preemption import Preemption
+from corral.core.rejections import never_fits
 from corral.core.repeats import ADMISSION, CAPACITY, Epoch, Verdict
-from corral.core.request import never_fits, request_for
+from corral.core.request import request_for
 from corral.core.state import ClusterState
 
 
@@ -116,14 +119,11 @@ class _Cycle:
         reasons = self.result.reasons
         if job.is_flagged(self.now):  # held, backing off or nominated: rare
             if job.held:
-                reasons[spec.id] = Reason(
-                    Why.HELD, "held by a user or an admin; `corral release` lets it run"
-                )
+                reasons[spec.id] = why_text.held()
                 return False
             if job.not_before > self.now:
-                reasons[spec.id] = Reason(
-                    Why.BACKOFF, f"restart backoff: may start at t+{job.not_before - self.now:.0f}s"
-                )
+                reasons[spec.id] = why_text.backoff(job.not_before, self.now)
+                self.result.wake_at(job.not_before)
                 return False
             if job.nomination is not None and self.preemption.nominated(self, job):
                 return True
@@ -142,6 +142,7 @@ class _Cycle:
                     outcome = self.preemption.for_budget(self, job, queue)
                     if outcome is not None:
                         return outcome  # nominated (or started) after preempting its own queue's jobs
+                    why = self.preemption.protected(self, job, why, SameQueue(self.profile.victims))
                 reasons[spec.id] = why
                 self.verdicts[verdict_key] = (version, why)
                 return False
@@ -162,11 +163,13 @@ class _Cycle:
             outcome = self.preemption.preempt(self, job, req)
             if outcome is not None:
                 return outcome  # started at once, or nominated and waiting for its victims
-        text, code = _capacity_text(self.state, req, placed)
-        if self.preemption.deferred and self.profile.victims is not None:
-            text += _DEFERRED
-        self.blocked[shape] = Reason(code, text)  # later jobs of this shape wait alike, without a reservation
-        reasons[spec.id] = self._reserve(job, req, text, code)
+        why = self._capacity(job, req, placed)
+        if self.profile.victims is not None:
+            why = self.preemption.protected(self, job, why, self.profile.victims)
+            if self.preemption.deferred:
+                why = Reason(why.code, why.message + _DEFERRED, why.at)
+        self.blocked[shape] = why  # later jobs of this shape wait alike, without a reservation
+        reasons[spec.id] = self._reserve(job, req, why)
         if self.state.use_version == version:  # what the next job of this shape will be told
             self.verdicts[verdict_key] = (version, self.blocked[shape])
         return False
@@ -190,20 +193,22 @@ class _Cycle:
     def family_verdict(self, job: PendingJob) -> Verdict | None:
         """What `consider` would tell an ordinary job of `job`'s family that repeats no verdict and
         whose (shape, time limit) is not blocked yet, if it cannot start (None: it may start, or
-        looking at it would change the cycle's memory: a victim search, a reservation). Changes
-        nothing. Admission plugins do not read the time limit (`plugins.Admit`)."""
+        looking at it would change the cycle's memory: a victim search, a reservation, the next
+        wake; or its sentence depends on its own time limit). Changes nothing. Admission plugins
+        do not read the time limit (`plugins.Admit`)."""
         state, profile, spec = self.state, self.profile, job.spec
         queue = state.queues[spec.queue]
         victims = profile.victims
         for admit in profile.admits:
             why = admit.admit(job, queue, state)
             if why is not None:
-                if (
-                    why.code in _OWN_BUDGET
-                    and victims is not None
-                    and self.preemption.may_search_later(self, self.preemption.no_budget_victims, job)
-                ):
-                    return None
+                if why.code in _OWN_BUDGET and victims is not None:
+                    if self.preemption.may_search_later(self, self.preemption.no_budget_victims, job):
+                        return None
+                    found = self.preemption.unchanged_protected(self, job, why, SameQueue(victims))
+                    if found is None:
+                        return None
+                    why = found
                 return Verdict(ADMISSION, why)
         req = self.request(job)
         if req.gpus_per_replica == 0 or req.per_node:
@@ -219,10 +224,17 @@ class _Cycle:
         placed = sure_miss(state, req)  # what `place` answers, known without touching the index
         if placed is None:
             return None
-        text, code = _capacity_text(state, req, placed)
-        if self.preemption.deferred and victims is not None:
-            text += _DEFERRED
-        return Verdict(CAPACITY, Reason(code, text))
+        why = self._capacity(job, req, placed)
+        if why.code is Why.BEHIND_RESERVATION:
+            return None  # the sentence names when each job would end: its own time limit
+        if victims is not None:
+            found = self.preemption.unchanged_protected(self, job, why, victims)
+            if found is None:
+                return None
+            why = found
+            if self.preemption.deferred:
+                why = Reason(why.code, why.message + _DEFERRED, why.at)
+        return Verdict(CAPACITY, why)
 
     def backfill_end(self) -> float | None:
         """The latest reservation start S such that lifting every reservation that starts at S or
@@ -285,7 +297,24 @@ class _Cycle:
         self.start_job(job, placed, backfilled=True)
         return True
 
-    def _reserve(self, job: PendingJob, req: Request, text: str, code: Why) -> Reason:
+    def _capacity(self, job: PendingJob, req: Request, placed: Miss) -> Reason:
+        """Why the job does not fit now (`reasons.capacity`)."""
+        limit = job.spec.time_limit
+        ends_by = None if limit is None else self.now + limit
+        return why_text.capacity(self.state, req, placed, self._reserved_for(req), ends_by, self.now)
+
+    def _reserved_for(self, req: Request) -> list[tuple[str, float, tuple[int, ...]]]:
+        """(job, start, nodes) of this cycle's reservations on nodes the gang may use, earliest first."""
+        if not self.reservations:
+            return []
+        allowed, node_class = set(req.classes), self.state.node_class
+        held = [
+            (r.job, r.start, tuple(n for n, _ in r.capacity if node_class[n] in allowed))
+            for r in self.reservations
+        ]
+        return sorted(h for h in held if h[2])
+
+    def _reserve(self, job: PendingJob, req: Request, why: Reason) -> Reason:
         """Reserve capacity for the first capacity-blocked job of its queue; the reason it waits."""
         state = self.state
         queue = job.spec.queue
@@ -297,16 +326,16 @@ class _Cycle:
             self.reserved_queues.add(queue)
             found = reserve.earliest_fit(state, req, self.now)
             if found is None:
-                text += "; no reservation: the GPUs it needs are held by jobs without a time limit"
-            else:
-                found = reserve.Reservation(job.spec.id, found.start, found.capacity)
-                reserve.hold(state, found)
-                self.reservations.append(found)
-                capacity = tuple((state.specs[n].name, c) for n, c in found.capacity)
-                self.result.reservations.append(Reserve(job.spec.id, found.start, capacity))
-                text += f"; reserved to start at t+{found.start - self.now:.0f}s"
-                code = Why.RESERVED
-        return Reason(code, text)
+                text = "; no reservation: the GPUs it needs are held by jobs without a time limit"
+                return Reason(why.code, why.message + text, why.at)
+            found = reserve.Reservation(job.spec.id, found.start, found.capacity)
+            reserve.hold(state, found)
+            self.reservations.append(found)
+            capacity = tuple((state.specs[n].name, c) for n, c in found.capacity)
+            self.result.reservations.append(Reserve(job.spec.id, found.start, capacity))
+            self.result.wake_at(found.start)
+            return why_text.with_reservation(why, found.start, self.now)
+        return why
 
     def remove_started(self) -> None:
         for name, ids in self.started.items():
@@ -318,19 +347,3 @@ class _Cycle:
                 self.state.unqueue(queue, job)
                 del keys[bisect_left(keys, job.key)]
                 job.key = ()
-
-
-def _capacity_text(state: ClusterState, req: Request, miss: Miss) -> tuple[str, Why]:
-    g, reps = req.gpus_per_replica, req.replicas
-    need = f"{reps} x {g} GPUs" if reps > 1 else f"{g} GPUs"
-    names = state.topology.span_names
-    scope = names[min(miss.span, len(names) - 1)]
-    if scope == "cluster":
-        return f"needs {need}; {miss.best_gpus} GPUs are free in the cluster", Why.CAPACITY
-    if scope in ("nvlink", "node"):
-        scope = "NVLink domain" if scope == "nvlink" else "node"
-        return f"needs {need} inside one {scope} (required); none has room now", Why.TOPOLOGY
-    return (
-        f"needs {need} inside one {scope} (required); the most free in any {scope} is {miss.best_gpus}",
-        Why.TOPOLOGY,
-    )

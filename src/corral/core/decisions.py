@@ -13,7 +13,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import cast
 
-from corral.core.model import JobId, NodeName, Placement
+from corral.core.model import INFINITY, JobId, NodeName, Placement
 
 
 class Why(enum.Enum):
@@ -29,15 +29,19 @@ class Why(enum.Enum):
     NOMINATED = "nominated"
     HEAD_OF_LINE = "head_of_line"
     RESERVED = "reserved"
+    BEHIND_RESERVATION = "behind_reservation"  # it would fit, but would delay another job's reservation
+    PAUSED = "paused"
     NEVER_FITS = "never_fits"
 
 
 @dataclass(frozen=True, slots=True)
 class Reason:
-    """Why a job waits: a code for programs and a sentence for people."""
+    """Why a job waits: a code for programs, a sentence for people, and the time the sentence
+    names (`at`: when it may start, a reservation begins, a protection ends), if it names one."""
 
     code: Why
     message: str
+    at: float | None = None
 
     def __str__(self) -> str:
         return self.message
@@ -167,6 +171,15 @@ class CycleResult:
     reasons: Reasons = field(default_factory=Reasons)
     others: Reason | None = None  # the reason of every pending job the cycle did not reach (strict FIFO)
     considered: int = 0
+    # the earliest time after `now` at which an input of these decisions changes by itself (a
+    # backoff or a victim's min_runtime ends, a reservation begins): the next cycle is due then
+    # even if nothing else happens; infinity when nothing waits for a time
+    next_wake: float = INFINITY
+
+    def wake_at(self, t: float) -> None:
+        """Something this cycle decided changes at `t` (ignored unless after `now`)."""
+        if self.now < t < self.next_wake:
+            self.next_wake = t
 
     def reason_of(self, job: JobId) -> Reason | None:
         """Why a pending job did not start in this cycle."""

@@ -27,7 +27,7 @@ _EARLY = 1e-6  # seconds: settle this much early, so float rounding never settle
 class Occupancy:
     """Per node: attempts touching it, and GPUs plus GPU-seconds-since-checkpoint per group."""
 
-    __slots__ = ("_seq", "_stale", "_waiting", "groups", "jobs", "members", "sizes", "totals")
+    __slots__ = ("_by_group", "_seq", "_stale", "_waiting", "groups", "jobs", "members", "sizes", "totals")
 
     def __init__(self) -> None:
         self.jobs: list[dict[JobId, RunningAttempt]] = []
@@ -39,6 +39,9 @@ class Occupancy:
         self._waiting: list[tuple[float, int, RunningAttempt]] = []  # (settle time, seq, attempt)
         self._seq = 0
         self._stale = 0  # entries of `_waiting` whose attempt is no longer waiting
+        # the same entries per group, for when each group's first protection ends (kept tidy by
+        # `settle` and the sweep of stale entries)
+        self._by_group: dict[Group, list[tuple[float, int, RunningAttempt]]] = {}
 
     def add_node(self) -> None:
         self.jobs.append({})
@@ -53,7 +56,9 @@ class Occupancy:
         if spec.preemptible and attempt.preempting_deadline is None:
             attempt.candidate = _WAITING
             self._seq += 1
-            heapq.heappush(self._waiting, (attempt.start + min_runtime, self._seq, attempt))
+            entry = (attempt.start + min_runtime, self._seq, attempt)
+            heapq.heappush(self._waiting, entry)
+            heapq.heappush(self._by_group.setdefault((spec.queue, spec.priority), []), entry)
 
     def settle(self, now: float) -> None:
         """Count every attempt whose minimum run time has ended by `now`."""
@@ -65,6 +70,12 @@ class Occupancy:
                 self._count(attempt, 1.0)
             else:
                 self._stale -= 1
+            key = (attempt.job.spec.queue, attempt.job.spec.priority)
+            mine = self._by_group.get(key)
+            while mine and mine[0][2].candidate != _WAITING:  # settled in time order: at its top
+                heapq.heappop(mine)
+            if mine is not None and not mine:
+                del self._by_group[key]
 
     def remove(self, attempt: RunningAttempt) -> None:
         job_id = attempt.job.spec.id
@@ -84,6 +95,24 @@ class Occupancy:
                 self._waiting = [w for w in self._waiting if w[2].candidate == _WAITING]
                 heapq.heapify(self._waiting)
                 self._stale = 0
+                self._by_group = {}
+                for w in self._waiting:
+                    self._by_group.setdefault((w[2].job.spec.queue, w[2].job.spec.priority), []).append(w)
+                for entries in self._by_group.values():
+                    heapq.heapify(entries)
+
+    def protection_ends(self, now: float) -> dict[Group, float]:
+        """Per group, the earliest time after `now` at which one of its attempts leaves its
+        minimum run time and becomes a candidate (O(groups), amortised)."""
+        ends: dict[Group, float] = {}
+        for key, entries in list(self._by_group.items()):
+            while entries and (entries[0][2].candidate != _WAITING or entries[0][0] <= now):
+                heapq.heappop(entries)  # ended, settled, or settling now: no time to wait for
+            if entries:
+                ends[key] = entries[0][0]
+            else:
+                del self._by_group[key]
+        return ends
 
     def waiting(self) -> int:
         """Entries in the heap of attempts inside their minimum run time (stale ones included)."""

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from corral.core import reasons as why_text
 from corral.core.decisions import CycleResult, Nominate, Preempt, Reason, Why
 from corral.core.jobs import PendingJob, QueueState, RunningAttempt
 from corral.core.model import Placement, QueueName
+from corral.core.occupancy import Group
 from corral.core.placement import NodeMask, Request
-from corral.core.plugins import Profile
+from corral.core.plugins import Profile, Victims
 from corral.core.preempt import NO_CANDIDATES, SameQueue, Selection, ranked_candidates, select_victims
 from corral.core.state import ClusterState
 
@@ -49,6 +51,7 @@ class Preemption:
         self.no_budget_victims: dict[QueueName, int] = {}  # the same, among the queue's own jobs
         self.tries = 0
         self.deferred = False  # a job skipped preemption because of the per-cycle caps
+        self.protection: dict[Group, float] | None = None  # per group, when its first protection ends
 
     def may_search(self, host: Host, none_up_to: dict[QueueName, int], job: PendingJob) -> bool:
         """Whether to search victims for the job: not when its queue was found to have none for
@@ -185,6 +188,41 @@ class Preemption:
         state.drop_nomination(job)
         host.start_job(job, nomination.placement, backfilled=False, allocated=False)
         return True
+
+    def protected(self, host: Host, job: PendingJob, why: Reason, plugin: Victims) -> Reason:
+        """A job that found no victims: when the first attempt it might take leaves its
+        `min_runtime` (the cycle is due again then; the reason says so)."""
+        if self.protection is None:
+            self.protection = host.state.occupancy.protection_ends(host.now)
+        until = self._until(host, job, plugin)
+        if until is None:
+            return why
+        host.result.wake_at(until)
+        return why_text.with_protection(why, until, host.now)
+
+    def unchanged_protected(self, host: Host, job: PendingJob, why: Reason, plugin: Victims) -> Reason | None:
+        """What `protected` answers, when calling it would change nothing in the cycle (its time
+        is no earlier than the cycle's next wake, or there is none); None otherwise (then the
+        job must be looked at: a walk passes over it only if looking at it changes nothing)."""
+        if self.protection is None:
+            return None  # computing it now could see other attempts than the long way would
+        if self.protection and not plugin.groups_by_family:
+            return None  # when its victims' protection ends depends on the job itself
+        until = self._until(host, job, plugin)
+        if until is None:
+            return why
+        result = host.result
+        if result.now < until < result.next_wake:
+            return None
+        return why_text.with_protection(why, until, host.now)
+
+    def _until(self, host: Host, job: PendingJob, plugin: Victims) -> float | None:
+        assert self.protection is not None
+        state, now = host.state, host.now
+        return min(
+            (t for (q, p), t in self.protection.items() if plugin.group_eligible(job, q, p, state, now)),
+            default=None,
+        )
 
     def may_search_later(self, host: Host, none_up_to: dict[QueueName, int], job: PendingJob) -> bool:
         """Whether `may_search` could still search victims for the job, or set `deferred`."""

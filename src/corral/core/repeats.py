@@ -14,6 +14,10 @@ backfill window could hold (`Judge.family_verdict` says what, without side effec
   lifts nothing that matters, misses again and leaves no trace, not even in the index's order);
   the others stop the walk and are looked at, unless their (shape, time limit) was already
   blocked this cycle (then `consider` tries no backfill for them either).
+A family is looked at job by job instead while its capacity sentence names when each job would
+end (held behind another job's reservation: `Why.BEHIND_RESERVATION`), while when its victims'
+`min_runtime` protection ends depends on the job itself (`Victims.groups_by_family`), or while
+that time is earlier than the cycle's `next_wake` so far (looking would move it).
 A job blocked by capacity is told what the first job of its (shape, queue, class, time limit)
 blocked in this cycle was told (`_Cycle.blocked`), which a run records lazily: `first_blocked`
 finds it from the runs. Flagged jobs (held, nominated, backing off, kept off nodes) always stop

@@ -1,5 +1,5 @@
-"""From a job to what placement needs: the node classes it may use and its pack level; and
-whether it can ever fit the static capacity (DESIGN.md 4.8).
+"""From a job to what placement needs: the node classes it may use and its pack level; and the
+most replicas of a gang a domain holds when empty (`core.rejections` says why a job never fits).
 """
 
 from __future__ import annotations
@@ -67,37 +67,6 @@ def request_for(
     )
     cache[key] = req
     return req
-
-
-def never_fits(state: ClusterState, spec: JobSpec, req: Request) -> str | None:
-    """Why a job can never run on the static capacity (every node, whatever its state), or None."""
-    queue = state.queues.get(spec.queue)
-    if queue is None:
-        return f"unknown queue {spec.queue!r}; known: {', '.join(sorted(state.queues))}"
-    limit = queue.spec.limit
-    if limit is not None and spec.gpus > limit:
-        return f"needs {spec.gpus} GPUs but queue {spec.queue} is limited to {limit}"
-    if not spec.preemptible and spec.gpus > queue.spec.quota:
-        return (
-            f"non-preemptible jobs run only inside the queue's guaranteed quota: needs {spec.gpus} GPUs, "
-            f"queue {spec.queue} guarantees {queue.spec.quota}; submit it as preemptible"
-        )
-    if not req.classes:
-        models = sorted({c.spec.gpu_model for c in state.classes if c.spec.gpu_model})
-        return (
-            f"no node can hold a replica of {spec.gpus_per_replica} GPUs"
-            + (f" of model {'|'.join(spec.gpu_model)}" if spec.gpu_model else "")
-            + (f"; models in the cluster: {', '.join(models)}" if models else "")
-        )
-    most = static_capacity(state, req, req.max_span)
-    if most < spec.replicas:
-        scope = state.topology.span_names[req.max_span]
-        where = "the whole cluster" if scope == "cluster" else f"one {scope}"
-        return (
-            f"needs {spec.replicas} replicas of {spec.gpus_per_replica} GPUs inside {where}, "
-            f"which holds at most {most} even when empty"
-        )
-    return None
 
 
 def static_capacity(state: ClusterState, req: Request, span: int) -> int:

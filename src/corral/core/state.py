@@ -83,6 +83,7 @@ class ClusterState:
         self._class_keys: dict[tuple[object, ...], int] = {}
         self.group_masks: list[tuple[int, ...]] = []
         self.node_state: list[NodeState] = []
+        self.unschedulable: set[int] = set()  # nodes not up (cordoned, draining, down, lost)
         self.healthy: list[int] = []
         self.alloc: list[int] = []
         self.held: list[int] = []
@@ -188,6 +189,8 @@ class ClusterState:
         self.node_class.append(cls)
         self.group_masks.append(tuple(sum(1 << i for i in g) for g in spec.nvlink))
         self.node_state.append(state)
+        if state is not NodeState.UP:
+            self.unschedulable.add(node)
         self.healthy.append((1 << spec.gpus) - 1)
         self.alloc.append(0)
         self.held.append(0)
@@ -206,6 +209,10 @@ class ClusterState:
     def set_node_state(self, name: NodeName, state: NodeState) -> None:
         node = self.node_ids[name]
         self.node_state[node] = state
+        if state is NodeState.UP:
+            self.unschedulable.discard(node)
+        else:
+            self.unschedulable.add(node)
         self._refresh(node)
 
     def set_gpu_health(self, name: NodeName, gpu: int, healthy: bool) -> None:

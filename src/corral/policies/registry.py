@@ -148,6 +148,18 @@ def load_policy(name: str, args: Mapping[str, Mapping[str, Any]] | None = None) 
     )
 
 
+def policy_arguments(
+    name: str, args: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Every argument of each plugin of a policy as it takes effect (the defaults with `args` over
+    them), by plugin; ConfigError as `load_policy`."""
+    load_policy(name, args)
+    return {
+        plugin: dataclasses.asdict(_make(plugin, (args or {}).get(plugin), f"policy {name}").args)
+        for plugin in sorted(plugins_of(name))
+    }
+
+
 def plugins_of(name: str) -> set[str]:
     """The plugins a built-in policy uses (the keys its arguments may have)."""
     spec = POLICIES[name]

@@ -1,9 +1,7 @@
-"""Queues and configuration revisions, the event log, audit, tokens, usage and admin verbs (`/v1`)."""
+"""Queues, the event log, audit, tokens, usage and admin verbs (`/v1`)."""
 
 from __future__ import annotations
 
-import copy
-import json
 import time
 from typing import Any
 
@@ -13,21 +11,20 @@ from pydantic import BaseModel, Field
 from sqlalchemy import Connection, and_, func, or_, select
 from starlette.responses import Response
 
-from corral.core.errors import ConfigError
 from corral.server.api_jobs import PUBLIC_EVENTS
 from corral.server.app import json_response
 from corral.server.auth import ROLES, Principal, create_token, revoke_token
 from corral.server.caller import ctx_of, require_admin, who_of
-from corral.server.cluster import apply_revision, put_setting
+from corral.server.cluster import put_setting
 from corral.server.context import Context
-from corral.server.errors import ApiError
+from corral.server.errors import MAX_CURSOR, ApiError
 from corral.server.jobs import queues_of
 from corral.store import schema
 
 router = APIRouter()
 
 
-# ---- queues and configuration revisions ----------------------------------------------------
+# ---- queues ----------------------------------------------------------------------------------
 def _queues(ctx: Context, who: Principal) -> list[dict[str, Any]]:
     model, _ = ctx.model()
     visible = set(queues_of(model, who))
@@ -82,135 +79,6 @@ async def list_queues(request: Request) -> Response:
     return json_response({"queues": await run_in_threadpool(_queues, ctx_of(request), who_of(request))})
 
 
-class QueueChange(BaseModel):
-    weight: float | None = Field(None, gt=0)
-    quota: int | None = Field(None, ge=0)
-    limit: int | None = Field(None, ge=0)
-    cohort: str | None = None
-    lending_limit: int | None = Field(None, ge=0)
-    teams: list[str] | None = None
-    priorities: list[str] | None = None
-    default_time_limit: str | None = None
-    max_time_limit: str | None = None
-    mount_allowlist: list[str] | None = None
-    comment: str = ""
-
-
-def _revise(
-    ctx: Context, who: Principal, body: dict[str, Any], comment: str, conn: Connection
-) -> dict[str, Any]:
-    try:
-        revision = apply_revision(conn, body, who.name, comment, ctx.clock())
-    except ConfigError as exc:
-        raise ApiError.of_config(exc) from None
-    return {"revision": revision}
-
-
-@router.put("/queues/{name}", tags=["queues"])
-async def set_queue(request: Request, name: str, change: QueueChange) -> Response:
-    """Change (or add) a queue: a new configuration revision, audited, that can be rolled back."""
-    ctx, who = ctx_of(request), who_of(request)
-    require_admin(who, "change a queue")
-    model, _ = ctx.model()
-    body = copy.deepcopy(model.body)
-    queues = body.setdefault("queues", [])
-    entry = next((q for q in queues if q.get("name") == name), None)
-    if entry is None:
-        entry = {"name": name}
-        queues.append(entry)
-    fields = change.model_dump(exclude_none=True, exclude={"comment"})
-    entry.update(fields)
-    comment = change.comment or f"queue {name}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
-    request.state.audit_detail = comment
-    out = await ctx.write(lambda conn: _revise(ctx, who, body, comment, conn))
-    ctx.invalidate_model()
-    return json_response(out)
-
-
-class PolicyChange(BaseModel):
-    name: str = Field(description="a policy of `corral policies`: default, fifo, sjf, las")
-    args: dict[str, dict[str, Any]] | None = Field(None, description="plugin arguments, by plugin")
-    comment: str = ""
-
-
-@router.put("/policy", tags=["config"])
-async def set_policy(request: Request, change: PolicyChange) -> Response:
-    """Change the scheduling policy: a new configuration revision (rolled back like any other)."""
-    ctx, who = ctx_of(request), who_of(request)
-    require_admin(who, "change the policy")
-    model, _ = ctx.model()
-    body = copy.deepcopy(model.body)
-    body["policy"] = change.name
-    if change.args is not None:
-        body["policy_args"] = change.args
-    else:
-        body.pop("policy_args", None)
-    comment = change.comment or f"policy {change.name}"
-    request.state.audit_detail = comment
-    out = await ctx.write(lambda conn: _revise(ctx, who, body, comment, conn))
-    ctx.invalidate_model()
-    return json_response(out)
-
-
-@router.get("/config", tags=["config"])
-async def get_config(request: Request) -> Response:
-    """The active cluster configuration (the cluster file as JSON) and its revision."""
-    model, _ = ctx_of(request).model()
-    return json_response({"revision": model.revision, "config": model.body})
-
-
-@router.put("/config", tags=["config"])
-async def put_config(
-    request: Request, config: dict[str, Any] = Body(...), comment: str = Query("")
-) -> Response:
-    """Replace the configuration with a new cluster file (validated first; nothing changes on error)."""
-    ctx, who = ctx_of(request), who_of(request)
-    require_admin(who, "change the configuration")
-    out = await ctx.write(lambda conn: _revise(ctx, who, config, comment or "configuration replaced", conn))
-    ctx.invalidate_model()
-    return json_response(out)
-
-
-def _revisions(ctx: Context) -> list[dict[str, Any]]:
-    c = schema.config_revisions
-    with ctx.engines.reader.connect() as conn:
-        rows = conn.execute(select(c.c.id, c.c.created_at, c.c.author, c.c.comment).order_by(c.c.id)).all()
-    return [
-        {"revision": r.id, "created_at": r.created_at, "author": r.author, "comment": r.comment} for r in rows
-    ]
-
-
-@router.get("/config/revisions", tags=["config"])
-async def revisions(request: Request) -> Response:
-    """Every configuration revision, oldest first (`corral queues history`)."""
-    model, _ = ctx_of(request).model()
-    return json_response(
-        {"active": model.revision, "revisions": await run_in_threadpool(_revisions, ctx_of(request))}
-    )
-
-
-class Rollback(BaseModel):
-    revision: int
-
-
-def _rollback(ctx: Context, who: Principal, revision: int, conn: Connection) -> dict[str, Any]:
-    c = schema.config_revisions
-    text = conn.execute(select(c.c.body).where(c.c.id == revision)).scalar()
-    if text is None:
-        raise ApiError(404, f"no configuration revision {revision}", fix="see `corral queues history`")
-    return _revise(ctx, who, json.loads(text), f"rollback to revision {revision}", conn)
-
-
-@router.post("/config/rollback", tags=["config"])
-async def rollback(request: Request, body: Rollback) -> Response:
-    """Make an earlier revision active again (as a new revision, so the history only grows)."""
-    ctx, who = ctx_of(request), who_of(request)
-    require_admin(who, "roll the configuration back")
-    out = await ctx.write(lambda conn: _rollback(ctx, who, body.revision, conn))
-    ctx.invalidate_model()
-    return json_response(out)
-
-
 # ---- the event log ---------------------------------------------------------------------------
 def _events(ctx: Context, who: Principal, after: int, limit: int) -> list[str]:
     e, j = schema.events, schema.jobs
@@ -224,7 +92,7 @@ def _events(ctx: Context, who: Principal, after: int, limit: int) -> list[str]:
 @router.get("/events", tags=["events"])
 async def events(
     request: Request,
-    after: int = Query(0, ge=0, description="only events with a larger seq"),
+    after: int = Query(0, ge=0, le=MAX_CURSOR, description="only events with a larger seq"),
     limit: int = Query(1000, ge=1, le=10_000),
     wait: float = Query(0.0, ge=0, le=60, description="long poll: wait up to this many seconds for one"),
 ) -> Response:
@@ -243,24 +111,38 @@ async def events(
 
 
 # ---- audit and tokens ------------------------------------------------------------------------
-def _audit(ctx: Context, limit: int, after: int) -> list[dict[str, Any]]:
+def _audit(
+    ctx: Context, limit: int, after: int, who: str, action: str, since: float, until: float
+) -> list[dict[str, Any]]:
     a = schema.audit
+    q = select(a).where(a.c.id > after)
+    if who:
+        q = q.where(a.c.principal == who)
+    if action:
+        q = q.where(a.c.action.contains(action, autoescape=True))
+    if since:
+        q = q.where(a.c.t >= since)
+    if until:
+        q = q.where(a.c.t < until)
     with ctx.engines.reader.connect() as conn:
-        rows = (
-            conn.execute(select(a).where(a.c.id > after).order_by(a.c.id.desc()).limit(limit))
-            .mappings()
-            .all()
-        )
+        rows = conn.execute(q.order_by(a.c.id.desc()).limit(limit)).mappings().all()
     return [dict(r) for r in reversed(rows)]
 
 
 @router.get("/audit", tags=["admin"])
 async def audit(
-    request: Request, limit: int = Query(200, ge=1, le=10_000), after: int = Query(0, ge=0)
+    request: Request,
+    limit: int = Query(200, ge=1, le=10_000),
+    after: int = Query(0, ge=0, le=MAX_CURSOR),
+    who: str = Query("", max_length=200, description="only this principal's records"),
+    action: str = Query("", max_length=200, description="only actions containing this, e.g. `/v1/nodes`"),
+    since: float = Query(0.0, ge=0, description="only records at or after this Unix time"),
+    until: float = Query(0.0, ge=0, description="only records before this Unix time (0: now)"),
 ) -> Response:
-    """The newest audit records (who, what, result), oldest first."""
+    """The newest audit records (who, what, result) that match, oldest first."""
     require_admin(who_of(request), "read the audit log")
-    return json_response({"audit": await run_in_threadpool(_audit, ctx_of(request), limit, after)})
+    found = await run_in_threadpool(_audit, ctx_of(request), limit, after, who, action, since, until)
+    return json_response({"audit": found})
 
 
 class TokenRequest(BaseModel):
@@ -270,7 +152,27 @@ class TokenRequest(BaseModel):
     node: str = Field(
         "", description="agent: bind to this node now (default: the first node that registers with it)"
     )
-    run_as: str = Field("", description="member: the Unix user the member's jobs run as (default: the name)")
+    run_as: str = Field(
+        "",
+        description="member: the Unix user the member's jobs run as (default: each node's default user); "
+        "never root unless `allow_root`",
+    )
+    allow_root: bool = Field(
+        False,
+        description="accept `run_as` root: its jobs then run only on nodes whose agent has --allow-root-jobs",
+    )
+
+
+def is_root_user(name: str) -> bool:
+    """True for root by name or number, and for any name that is uid 0 on this host."""
+    import pwd
+
+    if name.strip() in ("root", "0"):
+        return True
+    try:
+        return pwd.getpwnam(name).pw_uid == 0
+    except (KeyError, ValueError):
+        return False
 
 
 @router.post("/tokens", tags=["admin"], status_code=201)
@@ -282,7 +184,14 @@ async def make_token(request: Request, req: TokenRequest) -> Response:
         raise ApiError(422, f"unknown role {req.role!r}", fix=f"use one of: {', '.join(ROLES)}")
     if req.role == "member" and not req.team:
         raise ApiError(422, "a member token needs a team", fix="give --team")
-    request.state.audit_detail = f"{req.role} {req.name} team={req.team} node={req.node}"
+    if req.run_as and is_root_user(req.run_as) and not req.allow_root:
+        raise ApiError(
+            422,
+            f"run_as {req.run_as!r} is root: jobs never run as root",
+            fix="map the token to an unprivileged user (--run-as alice); if some nodes must run its jobs as "
+            "root, add --allow-root here and start those nodes' agents with --allow-root-jobs",
+        )
+    request.state.audit_detail = f"{req.role} {req.name} team={req.team} node={req.node} run_as={req.run_as}"
     token_id, token = await ctx.write(
         lambda conn: create_token(
             conn, req.name, req.role, team=req.team, node=req.node, run_as=req.run_as, by=who.name
@@ -389,7 +298,9 @@ def _usage(ctx: Context, who: Principal, since: float) -> list[dict[str, Any]]:
 
 
 @router.get("/usage", tags=["queues"])
-async def usage(request: Request, since: float = Query(0.0, ge=0, description="Unix time")) -> Response:
+async def usage(
+    request: Request, since: float = Query(0.0, ge=0, le=1e12, description="Unix time")
+) -> Response:
     """GPU-hours per queue and user since `since`, from the attempts the event log records."""
     who = who_of(request)
     if who.role == "agent":  # its empty team would match the jobs of admins, who have none

@@ -16,7 +16,7 @@ from corral.server.app import json_response
 from corral.server.auth import Principal
 from corral.server.caller import ctx_of, who_of
 from corral.server.context import Context
-from corral.server.errors import ApiError
+from corral.server.errors import MAX_CURSOR, ApiError
 from corral.server.jobs import ACTIVE_STATES, LIVE_STATES, job_json, new_job_json, prepare
 from corral.store import schema
 from corral.store.engine import dumps
@@ -121,8 +121,10 @@ async def list_jobs(
     queue: str | None = None,
     user: str | None = None,
     limit: int = Query(500, ge=1, le=10_000),
-    after: int = Query(0, ge=0, description="only jobs with a larger seq (paging)"),
-    before: int = Query(0, ge=0, description="newest first, only jobs with a smaller seq (0: oldest first)"),
+    after: int = Query(0, ge=0, le=MAX_CURSOR, description="only jobs with a larger seq (paging)"),
+    before: int = Query(
+        0, ge=0, le=MAX_CURSOR, description="newest first, only jobs with a smaller seq (0: oldest first)"
+    ),
 ) -> Response:
     """Jobs you may see (your team's; admins: all), oldest first (newest first with `before`)."""
     who = who_of(request)
@@ -169,7 +171,12 @@ def _history(ctx: Context, who: Principal, job_id: str) -> dict[str, Any]:
             )
         ]
         reasons = [
-            {"t": x["t"], "code": x["code"], "message": x["message"]}  # Row.t is Row's own tuple view
+            {
+                "t": x["t"],
+                "code": x["code"],
+                "message": x["message"],
+                "at": x["at"],
+            }  # Row.t: Row's tuple view
             for x in conn.execute(select(r).where(r.c.job_id == job_id).order_by(r.c.id)).mappings()
         ]
     return {"events": events, "reasons": reasons}
@@ -216,6 +223,7 @@ def _change(ctx: Context, who: Principal, job_id: str, action: str, conn: Connec
                 version=j.c.version + 1,
                 reason=f"cancelled by {who.name}",
                 reason_code="cancel",
+                reason_at=None,
             )
         ).rowcount
         if changed != 1:

@@ -23,7 +23,7 @@ from corral.client.signing import HEADER, signature
 from corral.server.api_jobs import _get, _no_agents
 from corral.server.caller import ctx_of, who_of
 from corral.server.context import Context
-from corral.server.errors import ApiError
+from corral.server.errors import MAX_INT, ApiError
 from corral.store import schema
 
 router = APIRouter(tags=["jobs"])
@@ -69,9 +69,9 @@ def _where(ctx: Context, job_id: str, attempt: int | None, rank: int) -> tuple[i
 async def job_logs(
     request: Request,
     job_id: str,
-    rank: int = Query(0, ge=0, description="the replica whose log to read"),
-    attempt: int | None = Query(None, ge=1, description="default: the latest"),
-    offset: int = Query(0, ge=0, description="byte offset to read from"),
+    rank: int = Query(0, ge=0, le=MAX_INT, description="the replica whose log to read"),
+    attempt: int | None = Query(None, ge=1, le=MAX_INT, description="default: the latest"),
+    offset: int = Query(0, ge=0, le=1 << 62, description="byte offset to read from"),
     limit: int = Query(MAX_CHUNK, ge=0, le=MAX_CHUNK),
 ) -> Response:
     """Up to `limit` bytes of the rank's log from `offset`, as text; headers `X-Corral-Size` (the

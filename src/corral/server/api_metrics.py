@@ -38,6 +38,13 @@ class ClusterCollector(Collector):
                 conn.execute(select(al.c.node, func.count()).where(al.c.live == 1).group_by(al.c.node)).all()
             )
             owners = gpu_owners(conn)
+            config = dict(
+                conn.execute(
+                    select(schema.settings.c.key, schema.settings.c.value).where(
+                        schema.settings.c.key.in_(("config.active", "config.refused"))
+                    )
+                ).all()
+            )
         pending = GaugeMetricFamily("corral_pending_jobs", "Jobs waiting, by queue", labels=["queue"])
         running = GaugeMetricFamily(
             "corral_running_jobs", "Jobs with a live attempt, by queue and state", labels=["queue", "state"]
@@ -67,6 +74,7 @@ class ClusterCollector(Collector):
         for name, seen in list(self.ctx.heartbeats.items()):
             age.add_metric([name], now - seen)
         yield from (pending, running, gpus, age)
+        yield from _config_gauges(config)
         yield from self._per_gpu(owners)
 
     def _per_gpu(self, owners: dict[tuple[str, int], Any]) -> Iterator[Metric]:
@@ -103,6 +111,21 @@ class ClusterCollector(Collector):
         for (job, queue), values in per_job.items():
             job_util.add_metric([job, queue], sum(values) / len(values))
         yield from (held, util, memory, job_util)
+
+
+def _config_gauges(settings: dict[str, str]) -> Iterator[Metric]:
+    """The revision in force, and the last one the scheduler refused (0: none)."""
+    refused = json.loads(settings["config.refused"]) if settings.get("config.refused") else {}
+    yield GaugeMetricFamily(
+        "corral_config_revision",
+        "The active configuration revision",
+        value=int(settings.get("config.active") or 0),
+    )
+    yield GaugeMetricFamily(
+        "corral_config_refused_revision",
+        "The last configuration revision the scheduler refused (0: none); see GET /v1/config",
+        value=int(refused.get("revision", 0)),
+    )
 
 
 def render(ctx: Context) -> tuple[bytes, str]:

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import time
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -22,7 +22,7 @@ from corral.server.auth import Principal
 from corral.server.caller import ctx_of, require_admin, who_of
 from corral.server.cluster import cluster_event, node_spec_of, node_values
 from corral.server.context import Context
-from corral.server.errors import ApiError
+from corral.server.errors import MAX_CURSOR, MAX_INT, ApiError
 from corral.server.liveness import lease_for
 from corral.store import schema
 from corral.store.engine import dumps
@@ -140,7 +140,13 @@ def _set_state(
     if row is None:
         raise ApiError(404, f"no node {name}", fix="list them with `corral nodes`")
     now = ctx.clock()
-    if action == "undrain":
+    if action == "uncordon" and row["state"] == NodeState.DRAINING.value:
+        raise ApiError(
+            409, f"{name} is draining, not cordoned", fix=f"end the drain with `corral nodes undrain {name}`"
+        )
+    if action == "uncordon" and row["state"] != NodeState.CORDONED.value:
+        return {"name": name, "state": row["state"], "reason": row["reason"]}  # nothing to lift
+    if action in ("undrain", "uncordon"):
         new, why = (NodeState.UP if row["registered"] else NodeState.DOWN), ""
         values: dict[str, Any] = {"drain_deadline": None}
     elif action == "cordon":
@@ -148,7 +154,7 @@ def _set_state(
     else:
         new, why = NodeState.DRAINING, reason or f"drained by {who.name}"
         values = {"drain_deadline": now + (deadline or 0.0)}
-        _drain_attempts(ctx, conn, name, deadline or 0.0, who.name)
+        _drain_attempts(ctx, conn, name, deadline or 0.0, f"the drain of {name} ({who.name})")
     conn.execute(
         update(n).where(n.c.name == name).values(state=new.value, reason=why, updated_at=now, **values)
     )
@@ -214,16 +220,27 @@ def requeue_attempt(
 
 class NodeChange(BaseModel):
     reason: str = ""
-    deadline: float | None = Field(None, ge=0, description="drain: seconds until running jobs are stopped")
+    deadline: float | None = Field(
+        None, ge=0, le=366 * 86400, description="drain: seconds until running jobs are stopped"
+    )
 
 
 @router.post("/nodes/{name}/{action}", tags=["nodes"])
 async def change_node(request: Request, name: str, action: str, body: NodeChange | None = None) -> Response:
-    """`cordon` (no new work), `drain` (jobs checkpointed and requeued by the deadline), `undrain`."""
-    if action not in ("cordon", "drain", "undrain"):
-        raise ApiError(404, f"no action {action!r} on nodes", fix="use cordon, drain or undrain")
+    """`cordon` (no new work), `uncordon` (lift a cordon), `drain` (jobs checkpointed and requeued
+    by the deadline), `undrain` (lift a drain or a cordon), `forget` (revoke the agent tokens bound
+    to the node, so that a new join token may register it)."""
+    if action not in ("cordon", "uncordon", "drain", "undrain", "forget"):
+        raise ApiError(
+            404, f"no action {action!r} on nodes", fix="use cordon, uncordon, drain, undrain or forget"
+        )
     ctx, who = ctx_of(request), who_of(request)
     require_admin(who, f"{action} a node")
+    if action == "forget":
+        forgotten = await ctx.write(lambda conn: forget_node(ctx, conn, name))
+        for token_id in forgotten["revoked"]:
+            ctx.tokens.forget(token_id)
+        return json_response(forgotten)
     body = body or NodeChange(deadline=None)
     out = await ctx.write(lambda conn: _set_state(ctx, who, name, action, body.deadline, body.reason, conn))
     ctx.invalidate_model()
@@ -231,27 +248,35 @@ async def change_node(request: Request, name: str, action: str, body: NodeChange
 
 
 # ---- agents --------------------------------------------------------------------------------
+MAX_NODE_GPUS = 1024  # GPUs one node may declare (a bound, so that a huge number is a 422)
+# `unhealthy` maps a GPU index, written as a string (a JSON key), to why it is unhealthy
+GpuIndexKey = Annotated[str, Field(pattern=r"^(0|[1-9][0-9]{0,3})$")]
+Why = Annotated[str, Field(max_length=500)]
+
+
 class Registration(BaseModel):
     node: str = Field(min_length=1, max_length=200)
-    gpus: int = Field(ge=0)
+    gpus: int = Field(ge=0, le=MAX_NODE_GPUS)
     gpu_model: str = ""
-    gpu_memory_gib: float = Field(0.0, ge=0)
-    cpus: int = Field(0, ge=0)
-    memory_gib: float = Field(0.0, ge=0)
+    gpu_memory_gib: float = Field(0.0, ge=0, le=1 << 20)
+    cpus: int = Field(0, ge=0, le=1 << 20)
+    memory_gib: float = Field(0.0, ge=0, le=1 << 30)
     labels: dict[str, str] = Field(default_factory=dict)
-    nvlink: list[list[int]] = Field(default_factory=list)
+    nvlink: list[list[Annotated[int, Field(ge=0, lt=MAX_NODE_GPUS)]]] = Field(default_factory=list)
     address: str = ""
     network: dict[str, Any] = Field(default_factory=dict)
     logs_url: str = Field("", max_length=300, description="where the agent serves worker logs")
     running: list[LocalAttempt] = Field(
         default_factory=list, description="attempts whose workers run on the node now (a restarted agent's)"
     )
-    unhealthy: dict[str, str] = Field(default_factory=dict, description="GPU index -> why it is unhealthy")
+    unhealthy: dict[GpuIndexKey, Why] = Field(
+        default_factory=dict, description="GPU index -> why it is unhealthy"
+    )
 
 
 class LocalAttempt(BaseModel):
     job: str
-    attempt: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=MAX_INT)
 
 
 Registration.model_rebuild()
@@ -266,9 +291,48 @@ def _agent(who: Principal, node: str, *, registering: bool = False) -> None:
         raise ApiError(403, "this join token is not bound to a node yet", fix="register the node first")
 
 
+def _check_unclaimed(conn: Connection, node: str, token_id: str) -> None:
+    """A join token not bound to a node may register only a node that no live agent token holds:
+    taking a node over (its orders, job env included, and its reports) needs an admin to forget
+    the node first (`forget_node`), which revokes the tokens bound to it."""
+    t = schema.tokens
+    holder = conn.execute(
+        select(t.c.id)
+        .where(t.c.node == node, t.c.role == "agent", t.c.revoked_at.is_(None), t.c.id != token_id)
+        .limit(1)
+    ).first()
+    if holder is not None:
+        raise ApiError(
+            403,
+            f"node {node} is already bound to another agent token; a join token cannot take it over",
+            fix=f"run the agent with that node's own token, or have an admin run `corral nodes forget {node}`"
+            " (revokes the node's tokens) and register again",
+        )
+
+
+def forget_node(ctx: Context, conn: Connection, name: str) -> dict[str, Any]:
+    """Revoke every live agent token bound to the node, so that a new join token may register it
+    (a replaced host, a lost token). The node keeps its state and its attempts until a new agent
+    registers (those it does not run end as `lost`) or it is declared lost after its silence."""
+    n, t = schema.nodes, schema.tokens
+    row = conn.execute(select(n.c.name, n.c.state).where(n.c.name == name)).first()
+    if row is None:
+        raise ApiError(404, f"no node {name}", fix="list them with `corral nodes`")
+    ids = list(
+        conn.execute(
+            select(t.c.id).where(t.c.node == name, t.c.role == "agent", t.c.revoked_at.is_(None))
+        ).scalars()
+    )
+    if ids:
+        conn.execute(update(t).where(t.c.id.in_(ids)).values(revoked_at=time.time()))
+    conn.execute(update(n).where(n.c.name == name).values(agent_token=""))
+    return {"name": name, "state": row.state, "reason": "", "revoked": ids}
+
+
 def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection) -> dict[str, Any]:
     n, t = schema.nodes, schema.tokens
     if who.role == "agent" and not who.node:  # a join token is bound to the first node that uses it
+        _check_unclaimed(conn, reg.node, who.token_id)
         bound = conn.execute(
             update(t).where(t.c.id == who.token_id, t.c.node == "").values(node=reg.node)
         ).rowcount
@@ -455,17 +519,17 @@ async def register(request: Request, reg: Registration) -> Response:
 
 
 class GpuSample(BaseModel):
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, lt=MAX_NODE_GPUS)
     uuid: str = Field("", max_length=100)
     utilization: float | None = Field(None, ge=0, le=1)
-    memory_used_bytes: int | None = Field(None, ge=0)
-    memory_total_bytes: int | None = Field(None, ge=0)
+    memory_used_bytes: int | None = Field(None, ge=0, le=1 << 60)
+    memory_total_bytes: int | None = Field(None, ge=0, le=1 << 60)
 
 
 class Heartbeat(BaseModel):
-    incarnation: int
+    incarnation: int = Field(ge=-MAX_INT, le=MAX_INT)
     gpus: list[GpuSample] | None = Field(None, max_length=64, description="NVML samples, where present")
-    unhealthy: dict[str, str] | None = Field(None, description="GPU index -> why it is unhealthy")
+    unhealthy: dict[GpuIndexKey, Why] | None = Field(None, description="GPU index -> why it is unhealthy")
     unclean: list[str] | None = Field(None, description="attempts whose processes survived a kill")
 
 
@@ -579,7 +643,7 @@ def _assignments(ctx: Context, node: str, after: int) -> list[dict[str, Any]]:
 
 
 class Poll(BaseModel):
-    after: int = Field(0, ge=0)
+    after: int = Field(0, ge=0, le=MAX_CURSOR)
     wait: float = Field(0.0, ge=0, le=60)
 
 
@@ -602,7 +666,10 @@ router.add_route("/agents/{node}/assignments", _plain_assignments, methods=["GET
 
 @router.get("/agents/{node}/assignments", tags=["agents"])
 async def assignments(
-    request: Request, node: str, after: int = Query(0, ge=0), wait: float = Query(0.0, ge=0, le=60)
+    request: Request,
+    node: str,
+    after: int = Query(0, ge=0, le=MAX_CURSOR),
+    wait: float = Query(0.0, ge=0, le=60),
 ) -> Response:
     """Start and stop orders for the node after `after`; waits up to `wait` s for one (long poll).
     The table is read only when the outbox cursor (`Context.outbox`) has an order for this node
@@ -627,17 +694,17 @@ async def assignments(
 
 
 class Report(BaseModel):
-    incarnation: int
+    incarnation: int = Field(ge=-MAX_INT, le=MAX_INT)
     job: str
-    attempt: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=MAX_INT)
     status: str = Field(description="running | exited | checkpoint")
-    exit_code: int | None = None
-    rank: int | None = None
+    exit_code: int | None = Field(None, ge=-MAX_INT, le=MAX_INT)
+    rank: int | None = Field(None, ge=0, le=MAX_INT)
     why: str = Field("", max_length=32, description="exited: time_limit | setup | launch, when known")
     message: str = Field("", max_length=2000, description="exited: what went wrong, for people")
     log_tail: str = Field("", max_length=8000, description="exited: last lines of the failing rank's log")
-    step: int | None = Field(None, description="checkpoint: the step the job recorded")
-    age_s: float | None = Field(None, ge=0, description="checkpoint: seconds since it was recorded")
+    step: int | None = Field(None, ge=-(2**63), lt=2**63, description="checkpoint: the step the job recorded")
+    age_s: float | None = Field(None, ge=0, le=1e9, description="checkpoint: seconds since it was recorded")
 
 
 def _report(ctx: Context, node: str, rep: Report, conn: Connection) -> dict[str, Any]:
@@ -656,7 +723,7 @@ def _report(ctx: Context, node: str, rep: Report, conn: Connection) -> dict[str,
         conn.execute(
             update(j)
             .where(j.c.id == rep.job, j.c.attempt == rep.attempt, j.c.state == "starting")
-            .values(state="running", version=j.c.version + 1)
+            .values(state="running", version=j.c.version + 1, launch_losses=0)  # launched: the count restarts
         )
     elif rep.status == "exited":
         body: dict[str, Any] = {

@@ -25,9 +25,11 @@ from corral.server.auth import Principal
 from corral.server.context import Context
 from corral.server.dashboard import is_public
 from corral.server.errors import ApiError
+from corral.server.throttle import retry_after
 
 MAX_BODY = 1 << 20  # 1 MiB
 UNAUDITED = ("/heartbeat",)
+AGENT_TRAFFIC = ("/reports",)  # an agent's reports: audited only when refused (a 4xx says something)
 
 
 def json_response(content: Any, status: int = 200) -> Response:
@@ -104,6 +106,37 @@ class BodyLimit:
             await _too_large(self.limit)(scope, receive, send)
 
 
+def client_address(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
+def throttled(wait: float) -> Response:
+    """429 for an address whose failed authentications are over the limit (`server/throttle.py`)."""
+    body = {
+        "error": "too many failed authentications from this address",
+        "fix": f"wait {retry_after(wait)} s and send a valid token (a valid token is never refused)",
+    }
+    return Response(
+        json.dumps(body),
+        status_code=429,
+        media_type="application/json",
+        headers={"Retry-After": retry_after(wait)},
+    )
+
+
+def too_deep() -> ApiError:
+    return ApiError(422, "invalid request: the JSON is nested too deeply", fix="send a flatter document")
+
+
+def out_of_range(exc: RecursionError | OverflowError) -> ApiError:
+    """A body the checks let through but Python could not handle: a number too large, or nesting
+    too deep. Answered 422, never 500."""
+    if isinstance(exc, RecursionError):
+        return too_deep()
+    return ApiError(422, f"invalid request: a number is out of range ({exc})", fix="send smaller numbers")
+
+
 def _too_large(limit: int) -> JSONResponse:
     return JSONResponse(
         {"error": f"request body over {limit} bytes", "fix": "send a smaller body"}, status_code=413
@@ -111,7 +144,7 @@ def _too_large(limit: int) -> JSONResponse:
 
 
 def create_app(ctx: Context) -> FastAPI:
-    from corral.server import api_admin, api_dashboard, api_jobs, api_logs, api_nodes, dashboard
+    from corral.server import api_admin, api_config, api_dashboard, api_jobs, api_logs, api_nodes, dashboard
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
@@ -148,6 +181,13 @@ def create_app(ctx: Context) -> FastAPI:
             {"error": f"invalid request: {problems}", "fix": "see /openapi.json for the request shape"}, 422
         )
 
+    @app.exception_handler(RecursionError)
+    @app.exception_handler(OverflowError)
+    async def _out_of_range(_request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RecursionError | OverflowError)
+        error = out_of_range(exc)
+        return json_response(error.body(), error.status)
+
     @app.get("/healthz", tags=["health"])
     async def healthz() -> Response:
         return json_response({"ok": True, "uptime_s": round(time.monotonic() - ctx.started, 3)})
@@ -165,7 +205,7 @@ def create_app(ctx: Context) -> FastAPI:
     async def openapi_route() -> Response:
         return json_response(app.openapi())
 
-    for module in (api_jobs, api_logs, api_nodes, api_admin, api_dashboard):
+    for module in (api_jobs, api_logs, api_nodes, api_admin, api_config, api_dashboard):
         app.include_router(module.router, prefix="/v1")
     dashboard.install(app)
     app.add_middleware(Gate, ctx=ctx)
@@ -207,6 +247,10 @@ class Gate:
             if not is_public(scope["method"], path):
                 state["principal"] = await authenticate(self.ctx, scope)
         except ApiError as exc:
+            wait = self.ctx.auth_failures.fail(client_address(scope), time.monotonic())
+            if wait > 0:  # no audit row either: a flood of failures does not flood the audit log
+                await throttled(wait)(scope, receive, send)
+                return
             await json_response(exc.body(), exc.status)(scope, receive, send)
             self._audit(scope, state, exc.status)
             return
@@ -243,9 +287,14 @@ class Gate:
                 raise ApiError(
                     422, f"invalid request: the body is not JSON ({exc})", fix="send a job spec"
                 ) from None
+            except RecursionError:
+                raise too_deep() from None
             if not isinstance(spec, dict):
                 raise ApiError(422, "invalid request: the body is not a JSON object", fix="send a job spec")
-            response = json_response(await submit_job(self.ctx, who, spec), 201)
+            try:
+                response = json_response(await submit_job(self.ctx, who, spec), 201)
+            except (RecursionError, OverflowError) as exc:
+                raise out_of_range(exc) from None
         except ApiError as exc:
             response = json_response(exc.body(), exc.status)
         await response(scope, receive, send)
@@ -255,6 +304,8 @@ class Gate:
         method: str = scope["method"]
         path: str = scope["path"]
         if method not in ("POST", "PUT", "PATCH", "DELETE") or path.endswith(UNAUDITED):
+            return
+        if path.endswith(AGENT_TRAFFIC) and status < 400:
             return
         who = state.get("principal")
         parts = path.strip("/").split("/")

@@ -24,6 +24,7 @@ from corral.core.eventshape import cluster_line
 from corral.core.model import NodeName, NodeSpec, NodeState
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
+from corral.server.config_check import check_live
 from corral.store import schema
 from corral.store.engine import append_events, dumps
 
@@ -51,6 +52,8 @@ class ClusterModel:
     config: ClusterConfig  # nodes: every node row, whatever its state
     node_states: dict[str, NodeState]
     node_rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the last revision the scheduler refused (`config.refused`: revision, reason, at, in_force)
+    refused: dict[str, Any] | None = None
 
     def build_state(self) -> ClusterState:
         state = ClusterState(self.config.topology, self.config.queues, self.config.priority_classes)
@@ -116,10 +119,11 @@ def scheduling_state(row: Mapping[Any, Any]) -> NodeState:
     return state
 
 
-def load_cluster(conn: Connection) -> ClusterModel:
-    """The active revision and the node rows; a database without a revision gets the default one."""
-    active = get_setting(conn, "config.active")
-    if active is None:
+def load_cluster(conn: Connection, revision: int | None = None) -> ClusterModel:
+    """The active revision (or `revision`) and the node rows; a database without a revision gets
+    the default one. Raises ConfigError when the stored document is not a valid cluster file."""
+    active = get_setting(conn, "config.active") if revision is None else str(revision)
+    if active is None or active == "0":
         body, revision = DEFAULT_CLUSTER, 0
     else:
         revision = int(active)
@@ -127,11 +131,14 @@ def load_cluster(conn: Connection) -> ClusterModel:
             select(schema.config_revisions.c.body).where(schema.config_revisions.c.id == revision)
         ).scalar_one()
         body = json.loads(text)
-    config = parse_cluster_config(body, f"configuration revision {revision}")
+    config = parse_cluster_config(body, f"configuration revision {revision}", strict=False)
     rows = {r["name"]: dict(r) for r in conn.execute(select(schema.nodes)).mappings()}
     specs = tuple(node_spec_of(row) for row in rows.values())
     states = {name: scheduling_state(row) for name, row in rows.items()}
-    return ClusterModel(revision, body, replace(config, nodes=specs), states, rows)
+    refused = get_setting(conn, "config.refused")
+    return ClusterModel(
+        revision, body, replace(config, nodes=specs), states, rows, json.loads(refused) if refused else None
+    )
 
 
 def apply_revision(
@@ -145,6 +152,7 @@ def apply_revision(
     config = parse_cluster_config(body, "cluster configuration")
     if "policy" in body or "policy_args" in body:  # a policy kept with the configuration: check it now
         load_policy(str(body.get("policy", "default")), body.get("policy_args"))
+    check_live(conn, config)  # a queue or class that live jobs use cannot disappear
     now = time.time() if now is None else now
     revision = conn.execute(
         insert(schema.config_revisions).values(

@@ -26,6 +26,7 @@ from sqlalchemy.exc import IntegrityError
 from corral.core.decisions import Preempt, Start
 from corral.core.eventshape import placement_json
 from corral.server.endings import Ending
+from corral.server.reasons import ReasonChange
 from corral.store import schema
 from corral.store.engine import append_events, dumps
 
@@ -133,6 +134,7 @@ class Batch:
                     version=j.c.version + 1,
                     reason="",
                     reason_code="",
+                    reason_at=None,
                     **values,
                 ),
                 rows,
@@ -242,7 +244,14 @@ class Batch:
         )
         for node in nodes:
             self.outbox(
-                node, {"kind": "stop", "job": job, "attempt": attempt, "grace": max(0.0, deadline - self.now)}
+                node,
+                {
+                    "kind": "stop",
+                    "job": job,
+                    "attempt": attempt,
+                    "grace": max(0.0, deadline - self.now),
+                    "why": "preempt",
+                },
             )
 
     def reject(self, job: str, reason: str) -> None:
@@ -254,6 +263,7 @@ class Batch:
                 state="rejected",
                 reason=reason,
                 reason_code="never_fits",
+                reason_at=None,
                 end_time=self.now,
                 version=j.c.version + 1,
             )
@@ -262,7 +272,7 @@ class Batch:
             raise GuardFailed(f"reject {job}: no longer pending")
         self.events([{"event": "reject", "t": self.now, "job": job, "reason": reason}])
 
-    def reasons(self, changes: Sequence[tuple[str, str, str, bool]]) -> None:
+    def reasons(self, changes: Sequence[ReasonChange]) -> None:
         """Persist changed reasons of pending jobs; a new code also goes to the reason history."""
         if not changes:
             return
@@ -270,13 +280,13 @@ class Batch:
         self.conn.execute(
             update(j)
             .where(j.c.id == bindparam("job_id"), j.c.state == "pending")
-            .values(reason_code=bindparam("code"), reason=bindparam("message")),
-            [{"job_id": job, "code": code, "message": message} for job, code, message, _ in changes],
+            .values(reason_code=bindparam("code"), reason=bindparam("message"), reason_at=bindparam("at")),
+            [{"job_id": c.job, "code": c.code, "message": c.message, "at": c.at} for c in changes],
         )
         history = [
-            {"job_id": job, "t": self.now, "code": code, "message": message}
-            for job, code, message, new in changes
-            if new
+            {"job_id": c.job, "t": self.now, "code": c.code, "message": c.message, "at": c.at}
+            for c in changes
+            if c.new_code
         ]
         if history:
             self.conn.execute(insert(schema.reasons), history)
@@ -335,7 +345,7 @@ class Batch:
                     "job": i.job,
                     "attempt": i.attempt,
                     "grace": 0.0,
-                    "why": i.outcome.event,
+                    "why": "peer_failed",  # `corral.job.stop_reason()` on the other nodes
                 }
                 orders += [(node, stop) for node in nodes]
         self.outboxes(orders)
@@ -351,17 +361,20 @@ class Batch:
     def _move_jobs(self, items: Sequence[EndItem]) -> None:
         """Each ended attempt's job to its next state: one executemany per shape of change."""
         j = schema.jobs
-        shapes: dict[tuple[bool, bool], list[dict[str, Any]]] = {}
+        shapes: dict[tuple[bool, bool, bool, bool], list[dict[str, Any]]] = {}
         for i in items:
             o = i.outcome
             terminal, restart = o.state != "pending", o.event == "restart"
+            backoff, unlaunched = bool(o.not_before), o.launch_losses is not None
             row = {"b_job": i.job, "b_attempt": i.attempt, "b_state": o.state, "b_exit_code": o.exit_code}
             if terminal:  # a terminal state: its reason is how it ended, not why it waited
                 row.update(b_reason=o.reason, b_reason_code=o.event)
-            if restart:
+            if backoff:  # a restart's, or a loss before launch's
                 row["b_not_before"] = o.not_before
-            shapes.setdefault((terminal, restart), []).append(row)
-        for (terminal, restart), rows in shapes.items():
+            if unlaunched:
+                row["b_launch_losses"] = o.launch_losses
+            shapes.setdefault((terminal, restart, backoff, unlaunched), []).append(row)
+        for (terminal, restart, backoff, unlaunched), rows in shapes.items():
             values: dict[str, Any] = {
                 "state": bindparam("b_state"),
                 "version": j.c.version + 1,
@@ -369,10 +382,17 @@ class Batch:
             }
             if terminal:
                 values.update(
-                    end_time=self.now, reason=bindparam("b_reason"), reason_code=bindparam("b_reason_code")
+                    end_time=self.now,
+                    reason=bindparam("b_reason"),
+                    reason_code=bindparam("b_reason_code"),
+                    reason_at=None,
                 )
             if restart:
-                values.update(restarts=j.c.restarts + 1, not_before=bindparam("b_not_before"))
+                values.update(restarts=j.c.restarts + 1)
+            if backoff:
+                values.update(not_before=bindparam("b_not_before"))
+            if unlaunched:
+                values.update(launch_losses=bindparam("b_launch_losses"))
             self.conn.execute(
                 update(j)
                 .where(j.c.id == bindparam("b_job"), j.c.attempt == bindparam("b_attempt"))

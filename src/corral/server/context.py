@@ -13,17 +13,21 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, func, insert, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from corral.core.state import ClusterState
 from corral.server.auth import TokenCache
-from corral.server.cluster import ClusterModel, load_cluster
+from corral.server.cluster import ClusterModel, get_setting
 from corral.server.doorbell import Bell, Doorbell
+from corral.server.in_force import load_view
 from corral.server.jobs import insert_jobs
+from corral.server.throttle import FailedAuthThrottle
 from corral.store import schema
 from corral.store.engine import Engines, append_events
 from corral.store.writer import Many, Writer
 
 T = TypeVar("T")
+CONFIG_RECHECK = 1.0  # seconds between reads of the configuration settings (changes made elsewhere)
 log = logging.getLogger("corral.server")
 
 
@@ -163,6 +167,7 @@ class Context:
         allow_dynamic_nodes: bool = False,
         clock: Callable[[], float] = time.time,
         lost_after: float = 30.0,
+        policy: str = "default",
     ) -> None:
         self.engines = engines
         self.clock = clock  # scheduling time: submit times, stop deadlines, events' `t`
@@ -182,6 +187,7 @@ class Context:
         self.gpu_samples: dict[str, list[dict[str, Any]]] = {}
         self.started = time.monotonic()
         self.lost_after = lost_after  # seconds of silence before a node is lost (0: never)
+        self.policy = policy  # the server's --policy: in effect while no revision names one
         self.lost: set[str] = set()  # nodes declared lost whose agents have not registered again
         self.maintenance = 0.0  # Unix time planned maintenance ends (0: none)
         self.gpu_health: dict[str, dict[str, str]] = {}  # node -> unhealthy GPUs as last written
@@ -189,6 +195,8 @@ class Context:
         self.silent: set[str] = set()  # registered nodes marked not responding (no new work)
         self._model_lock = threading.Lock()
         self._model: tuple[ClusterModel, ClusterState] | None = None
+        self._config_mark: tuple[str | None, ...] = ()
+        self.auth_failures = FailedAuthThrottle()  # per client address (server/throttle.py)
         self.nodes_version = 0  # bumped by every invalidate_model(): a node changed here
         self.doorbell = Doorbell("api")
         self._stop = threading.Event()
@@ -209,12 +217,18 @@ class Context:
         self.engines.dispose()
 
     def _listen(self) -> None:
+        checked = time.monotonic()
         while not self._stop.is_set():
             try:
                 if self.doorbell.wait(1.0):
                     self.notifier.notify()
+                if time.monotonic() - checked >= CONFIG_RECHECK:
+                    checked = time.monotonic()
+                    self._recheck_config()
             except (OSError, ValueError):
                 return
+            except SQLAlchemyError as exc:  # the database is away for a moment: try again later
+                log.warning("could not re-read the configuration settings: %s", exc)
 
     def _after_commit(self) -> None:
         self.scheduler_bell.ring()
@@ -226,9 +240,21 @@ class Context:
         with self._model_lock:
             if self._model is None:
                 with self.engines.reader.connect() as conn:
-                    model = load_cluster(conn)
+                    model = load_view(conn)
+                    self._config_mark = _config_mark(conn)
                 self._model = (model, model.build_state())
             return self._model
+
+    def _recheck_config(self) -> None:
+        """Drop the cluster view when the configuration settings changed behind this process (the
+        scheduler refused a revision and put the last good one back, or a script wrote one)."""
+        if self._model is None:
+            return
+        with self.engines.reader.connect() as conn:
+            mark = _config_mark(conn)
+        if mark != self._config_mark:
+            log.info("the configuration in force changed; reloading the cluster view")
+            self.invalidate_model()
 
     def invalidate_model(self) -> None:
         with self._model_lock:
@@ -247,3 +273,7 @@ class Context:
     def journal(self, conn: Connection, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         now = self.clock()
         return append_events(conn, [{"t": now, **e} for e in entries], self.engines.is_sqlite)
+
+
+def _config_mark(conn: Connection) -> tuple[str | None, ...]:
+    return (get_setting(conn, "config.active"), get_setting(conn, "config.refused"))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from starlette.responses import FileResponse, Response
 from starlette.staticfiles import StaticFiles
 
@@ -32,6 +33,10 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
 }
+
+
+# the answer to `POST /login` holds a token: never kept by a browser or a proxy
+NO_STORE = {**HEADERS, "Cache-Control": "no-store", "Pragma": "no-cache"}
 
 
 def is_public(method: str, path: str) -> bool:
@@ -93,11 +98,15 @@ class Assets(StaticFiles):
 
 def _error(status: int, error: str, fix: str) -> Response:
     body = json.dumps({"error": error, "fix": fix})
-    return Response(body, status_code=status, media_type="application/json")
+    return Response(
+        body, status_code=status, media_type="application/json", headers={"Cache-Control": "no-store"}
+    )
 
 
 def install(app: FastAPI, reports_dir: Path | None = None) -> None:
     """Add the shell, the assets and `POST /login` to `app`."""
+    from corral.server.app import client_address, throttled
+
     app.state.login_links = LoginLinks()
     app.state.reports_dir = reports_dir
 
@@ -115,14 +124,25 @@ def install(app: FastAPI, reports_dir: Path | None = None) -> None:
         if not isinstance(code, str) or not code:
             return _error(422, 'send {"code": "..."} from a login link', "open the link `corral up` printed")
         token = links_of(request.app).redeem(code, time.monotonic())
+        ctx = request.app.state.ctx
+        if token is not None and await run_in_threadpool(ctx.tokens.lookup, token) is None:
+            request.state.audit_detail = "login link refused: its token was revoked"
+            return _error(
+                401,
+                "the token behind this login link was revoked",
+                "ask an admin for a new token, then run `corral dashboard` for a fresh link",
+            )
         request.state.audit_detail = "login link redeemed" if token else "login link refused"
         if token is None:
+            wait = ctx.auth_failures.fail(client_address(request.scope), time.monotonic())
+            if wait > 0:
+                return throttled(wait)
             return _error(
                 401,
                 "this login link was used already, or has expired",
                 "run `corral dashboard` for a fresh link, or sign in with a token",
             )
-        return Response(json.dumps({"token": token}), media_type="application/json", headers=HEADERS)
+        return Response(json.dumps({"token": token}), media_type="application/json", headers=NO_STORE)
 
     app.add_api_route("/login", login, methods=["POST"], include_in_schema=False)
     app.mount("/ui", Assets(directory=STATIC), name="ui")

@@ -6,6 +6,13 @@ from typing import Any
 
 from corral.core.errors import ConfigError
 
+# the largest integer the API takes for an id, a count, a seq or an offset: what a 32-bit INTEGER
+# column of PostgreSQL holds (a larger one would fail in the database instead of at the door)
+MAX_INT = 2**31 - 1
+# the largest seq a paging cursor (`after`, `before`) may name: JavaScript's largest safe
+# integer, which the dashboard sends to ask for the newest (a comparison, never stored)
+MAX_CURSOR = 2**53
+
 
 class ApiError(Exception):
     """Answered as `{"error": ..., "fix": ..., "code": ...}` with `status`."""

@@ -20,7 +20,8 @@ from sqlalchemy import Connection
 from corral.config.job_spec import JobRequest, parse_job_spec, to_job_spec
 from corral.core.errors import ConfigError
 from corral.core.model import JobId, JobSpec, Launch, QueueName, Topology
-from corral.core.request import never_fits, request_for
+from corral.core.rejections import explain as explain_never_fits
+from corral.core.request import request_for
 from corral.core.state import ClusterState
 from corral.server.auth import Principal
 from corral.server.cluster import ClusterModel
@@ -81,9 +82,11 @@ def prepare(model: ClusterModel, static: ClusterState, body: object, who: Princi
             fix=f"submit to one of: {', '.join(allowed) or '(no queue: ask an admin to add your team)'}",
         )
     _check_mounts(model, request, spec.queue)
-    reason = never_fits(static, spec, request_for(static, spec))
-    if reason is not None:
-        raise ApiError(422, f"this job can never run on this cluster: {reason}", code="never_fits")
+    never = explain_never_fits(static, spec, request_for(static, spec))
+    if never is not None:
+        raise ApiError(
+            422, f"this job can never run on this cluster: {never.reason}", fix=never.fix, code="never_fits"
+        )
     return Prepared(spec, request.model_dump(mode="json", warnings=False), who.team, who.run_as)
 
 
@@ -193,6 +196,7 @@ def job_json(row: Any, placement: list[dict[str, Any]] | None = None) -> dict[st
         "placement": placement or [],
         "reason": row.reason,
         "reason_code": row.reason_code,
+        "reason_at": row.reason_at,  # the time the reason names (Unix time), or null
         "held": bool(row.held),
         "priority_class": spec["priority_class"],
         "priority": spec["priority"],
@@ -219,7 +223,8 @@ def new_job_json(job_id: str, prepared: Prepared) -> dict[str, Any]:
     spec, request = prepared.spec, prepared.request
     return {
         "id": job_id, "name": spec.name, "state": "pending", "queue": spec.queue, "user": spec.user,
-        "team": prepared.team, "attempt": 0, "placement": [], "reason": "", "reason_code": "", "held": False,
+        "team": prepared.team, "attempt": 0, "placement": [], "reason": "", "reason_code": "",
+        "reason_at": None, "held": False,
         "priority_class": spec.priority_class, "priority": spec.priority, "replicas": spec.replicas,
         "gpus_per_replica": spec.gpus_per_replica, "gpus": spec.gpus, "time_limit": spec.time_limit,
         "preemptible": spec.preemptible, "launch": spec.launch.value, "gpu_model": list(spec.gpu_model),

@@ -1,6 +1,12 @@
 """Which nodes are alive (DESIGN.md 5, 6.1): silence measured on the API's monotonic clock from
 heartbeat receive times, a fresh 30 s for every node after a server start, planned maintenance.
 
+A node silent for half of `LOST_AFTER` (15 s of 30; its lease is 20 s) is marked not responding:
+the scheduler gives it no new work, since its agent may be past its lease and would refuse to
+launch. After a server start no node has been heard yet: `mark_unheard` marks them all not
+responding until each one's first heartbeat (placement waits for it), while being declared lost
+still counts from the start.
+
 A registered node that is `up`, `cordoned` or `draining` and silent for `LOST_AFTER` seconds is
 marked `lost` (an `x.node` journal entry); the scheduler then ends its attempts as `lost` and
 requeues them (they resume from their newest checkpoint). The node's agent, when it comes back,
@@ -29,7 +35,7 @@ from sqlalchemy import Connection, select, update
 from corral.server.cluster import get_setting, put_setting
 from corral.server.context import Context
 from corral.store import schema
-from corral.store.engine import dumps
+from corral.store.engine import append_events, dumps
 
 log = logging.getLogger("corral.server")
 
@@ -82,6 +88,24 @@ def set_responding(ctx: Context, conn: Connection, names: list[str], responding:
     if changed:
         ctx.journal(conn, [{"event": "x.node", "node": x, "responding": responding} for x in changed])
     return changed
+
+
+def mark_unheard(conn: Connection, now: float) -> list[str]:
+    """At a server start: every registered node that is up, cordoned or draining is marked not
+    responding until its first heartbeat to this process (which sets it back, `api_nodes.heartbeat`).
+    The heartbeat receive times died with the last process: a node that has not been heard since
+    may be past its lease (its fence has killed its work, and it would refuse to launch), so the
+    scheduler places nothing there meanwhile. Being declared lost still waits `LOST_AFTER` from the
+    start (`Liveness.check`), so no node is lost sooner for it. Journalled as one entry without a
+    `node` (a scheduler that runs on in another process reloads its state on it)."""
+    n = schema.nodes
+    heard = (n.c.registered.is_(True), n.c.responding.is_(True), n.c.state.in_(WATCHED))
+    names = list(conn.execute(select(n.c.name).where(*heard)).scalars())
+    if names:
+        conn.execute(update(n).where(*heard).values(responding=False))
+        entry = {"t": now, "event": "x.node", "unheard": len(names), "responding": False}
+        append_events(conn, [entry], conn.dialect.name == "sqlite")
+    return names
 
 
 def _mark_lost(ctx: Context, conn: Connection, names: list[str], silence: dict[str, float]) -> list[str]:
@@ -156,15 +180,17 @@ class Liveness:
         return self._watched
 
     def check(self) -> list[str]:
-        """Mark silent nodes lost; returns their names."""
+        """Mark silent nodes not responding, then lost; returns the names of the lost ones."""
         ctx = self.ctx
         now = time.monotonic()
         quiet_until = maintenance_until(ctx)
         after = ctx.lost_after
-        if not after or (quiet_until and time.time() < quiet_until + after):
+        if quiet_until and time.time() < quiet_until + after:
             return []
         silence = {name: now - ctx.heartbeats.get(name, ctx.started) for name in self.watched(now)}
-        quiet = [x for x, s in silence.items() if s > after * NOT_RESPONDING and x not in ctx.silent]
+        # never lost (`--lost-after 0`): still no new work once the lease (LEASE) may have passed
+        threshold = after * NOT_RESPONDING if after else LEASE * 3 / 4
+        quiet = [x for x, s in silence.items() if s > threshold and x not in ctx.silent]
         if quiet:  # no new work: an agent this silent may be past its lease and could not launch it
             marked = ctx.writer.submit(lambda conn: set_responding(ctx, conn, quiet, False)).result()
             ctx.silent.update(quiet)
@@ -172,6 +198,8 @@ class Liveness:
                 log.warning("node %s not responding: no heartbeat for %.0f s", name, silence[name])
             if marked:
                 ctx.invalidate_model()
+        if not after:
+            return []
         silent = [name for name, quiet in silence.items() if quiet > after]
         if not silent:
             return []

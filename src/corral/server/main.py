@@ -9,9 +9,11 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from sqlalchemy import Connection, func, select
 
 from corral.store import schema
 from corral.store.engine import Engines, make_engines, upgrade
+from corral.store.inuse import DatabaseInUse, Lease, hold
 
 log = logging.getLogger("corral.server")
 
@@ -41,6 +44,8 @@ class ServerOptions:
     log_level: str = "warning"
     reports_dir: Path | None = None  # simulation reports the dashboard lists (default: data_dir/reports)
     lost_after: float = 30.0  # seconds of silence before a node is lost (0: never)
+    auth_failures: int = 20  # failed authentications an address may make at once (0: no limit)
+    banner: bool = True  # say where things are once listening (`corral up` says it its own way)
 
 
 def is_loopback(host: str) -> bool:
@@ -67,6 +72,7 @@ def prepare_store(opts: ServerOptions) -> tuple[Engines, str | None]:
     from corral.config.yaml_source import load_yaml
     from corral.server.auth import create_token
     from corral.server.cluster import apply_revision, get_setting, put_setting
+    from corral.server.liveness import mark_unheard
 
     engines = make_engines(opts.database_url, opts.durability)
     upgrade(engines)
@@ -98,7 +104,21 @@ def prepare_store(opts: ServerOptions) -> tuple[Engines, str | None]:
             # written before the commit: a crash in between leaves a file whose token the database
             # never had, and the next start (still no admin) makes a new one; never the other way
             _write_secret(opts.data_dir / "admin-token", token)
+        # before the scheduler starts: no node takes new work until it heartbeats to this process
+        mark_unheard(conn, time.time())
     return engines, token
+
+
+def private_dir(path: Path) -> None:
+    """The data directory: made 0700; one of ours that others may read or write narrowed to 0711
+    (a node agent sharing it lets jobs pass through to their own logs and checkpoints)."""
+    if not path.exists():
+        path.mkdir(parents=True, mode=0o700)
+        os.chmod(path, 0o700)
+        return
+    info = path.lstat()
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o066:
+        os.chmod(path, stat.S_IMODE(info.st_mode) & 0o711)
 
 
 def _write_secret(path: Path, text: str) -> None:
@@ -175,11 +195,13 @@ class Supervisor:
 
 def serve(opts: ServerOptions) -> None:
     check_listen(opts)
-    opts.data_dir.mkdir(parents=True, exist_ok=True)
+    os.umask(0o077)  # the database, tokens and metrics are the service user's alone (DESIGN.md 6.6)
+    private_dir(opts.data_dir)
     metrics_dir = opts.data_dir / "metrics"
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    lease = hold_database(opts.database_url)  # `corral admin restore` refuses while it is held
     engines, token = prepare_store(opts)
     if token is not None:
         path = opts.data_dir / "admin-token"
@@ -188,9 +210,13 @@ def serve(opts: ServerOptions) -> None:
 
     from corral.server.app import create_app
     from corral.server.context import Context
+    from corral.server.throttle import FailedAuthThrottle
 
     scheduler = Supervisor(opts, dict(os.environ)) if opts.scheduler else None
-    ctx = Context(engines, allow_dynamic_nodes=opts.allow_dynamic_nodes, lost_after=opts.lost_after)
+    ctx = Context(
+        engines, allow_dynamic_nodes=opts.allow_dynamic_nodes, lost_after=opts.lost_after, policy=opts.policy
+    )
+    ctx.auth_failures = FailedAuthThrottle(opts.auth_failures)
     app = create_app(ctx)
     app.state.reports_dir = opts.reports_dir or opts.data_dir / "reports"
     config = uvicorn.Config(
@@ -205,6 +231,11 @@ def serve(opts: ServerOptions) -> None:
     )
 
     class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started and opts.banner:
+                print(banner(opts), file=sys.stderr, flush=True)
+
         def handle_exit(self, sig: int, frame: Any) -> None:
             # a shutdown is under way: the scheduler (which got the same signal from the process
             # group) must not be restarted; uvicorn re-raises the signal after it, so `finally`
@@ -219,3 +250,34 @@ def serve(opts: ServerOptions) -> None:
     finally:
         if scheduler is not None:
             scheduler.stop()
+        lease.close()
+
+
+def banner(opts: ServerOptions) -> str:
+    """What `corral server` prints once it listens: where the API, the dashboard and the data are."""
+    from sqlalchemy.engine import make_url
+
+    scheme = "https" if opts.tls_cert and opts.tls_key else "http"
+    host = f"[{opts.host}]" if ":" in opts.host else opts.host
+    url = f"{scheme}://{host}:{opts.port}"
+    database = make_url(opts.database_url).render_as_string(hide_password=True)
+    scheduler = "its own process" if opts.scheduler else "not started here (--no-scheduler)"
+    data = opts.data_dir.resolve()
+    return "\n".join(
+        [
+            f"corral server: API {url}/v1 (OpenAPI schema {url}/openapi.json)",
+            f"  dashboard  {url}/  (`corral dashboard` prints a login link)",
+            f"  data       {data}  (admin token: {data / 'admin-token'})",
+            f"  database   {database}",
+            f"  scheduler  {scheduler}, policy {opts.policy} unless a configuration revision names one",
+            "  stop with Ctrl-C",
+        ]
+    )
+
+
+def hold_database(url: str) -> Lease:
+    """The process's lease on its database (store/inuse.py); exits with the reason while a restore runs."""
+    try:
+        return hold(url)
+    except DatabaseInUse as exc:
+        raise SystemExit(f"corral: {exc}") from None

@@ -24,3 +24,7 @@ ENDINGS = Counter(
     ["event", "reason"],
 )
 SUBMISSIONS = Counter("corral_submissions_total", "Submissions answered, by HTTP status", ["status"])
+CONFIG_REFUSED = Counter(
+    "corral_config_refused",
+    "Configuration revisions the scheduler could not apply and refused (the last good one stayed in force)",
+)

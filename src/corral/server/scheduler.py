@@ -4,11 +4,13 @@ It keeps the scheduling state in memory (built from the database at start), tail
 (`events`, public and `x.` kinds) for what others wrote (submissions, cancels, holds, agent
 reports, node and configuration changes), runs `corral.core.cycle.schedule` when something
 changed, and commits the cycle's decisions in guarded groups in one transaction. It sleeps on
-a doorbell (a UDP datagram the API sends after each commit), not on a fixed poll; a timer
-wakes it only for restart backoffs, and a slow fallback re-reads the journal in case a ring
-was lost. When a group's guard fails (another writer got there first) the group is dropped
-and the memory rebuilt from the database, so a second or stale scheduler can never allocate
-a GPU twice or start a job twice.
+a doorbell (a UDP datagram the API sends after each commit), not on a fixed poll, or until the
+last cycle's `next_wake` (the core's earliest time at which an input of its decisions changes
+by itself: a backoff or a victim's min_runtime ends, a reservation begins) or a restart
+backoff's end; a slow fallback re-reads the journal in case a ring was lost. When a group's
+guard fails (another writer got there first) the group is dropped and the memory rebuilt
+from the database, so a second or stale scheduler can never allocate a GPU twice or start a
+job twice. While an admin has paused scheduling, every pending job's reason says so.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import heapq
 import json
 import logging
+import math
 import threading
 import time
 from collections import defaultdict
@@ -24,19 +27,21 @@ from typing import Any
 
 from sqlalchemy import select
 
+from corral.core import reasons as why_text
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult, Preempt
 from corral.core.model import JobId, NodeName, NodeSpec
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
 from corral.server import metrics
-from corral.server.cluster import get_setting, load_cluster, node_spec_of, scheduling_state
+from corral.server.cluster import get_setting, node_spec_of, scheduling_state
 from corral.server.commit import Batch, EndItem, StartItem
 from corral.server.doorbell import Bell, Doorbell
 from corral.server.endings import Ending, ending_of
+from corral.server.in_force import NoRevisionApplies, choose, report_refusal
 from corral.server.jobs import spec_from_json
-from corral.server.reasons import ReasonBook
-from corral.server.restore import restore_attempt, unapplied_exits
+from corral.server.reasons import ReasonBook, ReasonChange
+from corral.server.restore import unapplied_exits
 from corral.store import schema
 from corral.store.engine import Engines
 
@@ -76,7 +81,9 @@ class Scheduler:
         self.clean_exits: dict[tuple[str, int], set[str]] = {}
         self.lost_nodes: list[tuple[str, str]] = []  # (node, reason) whose attempts are still to end
         self.paused = False
+        self.paused_by: tuple[str, float | None] = ("", None)  # who paused scheduling, and when
         self.timers: list[float] = []
+        self.wake = math.inf  # the last cycle's `next_wake`
         self.reasons = ReasonBook()
         self.cycles = 0
         self.replay: list[Any] = []  # journal entries behind the cursor still to apply (after a reload)
@@ -93,6 +100,7 @@ class Scheduler:
         conn = self.engines.reader.connect()
         if not self.engines.is_sqlite:
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        j, a = schema.jobs, schema.attempts
         with conn, conn.begin():
             self.last_seq = (
                 conn.execute(
@@ -100,14 +108,6 @@ class Scheduler:
                 ).scalar()
                 or 0
             )
-            model = load_cluster(conn)
-            self.revision = model.revision
-            self.profile = load_policy(
-                str(model.body.get("policy", self.policy)), model.body.get("policy_args")
-            )
-            state = model.build_state()
-            self.paused = get_setting(conn, "scheduler.paused", "0") == "1"
-            j, a = schema.jobs, schema.attempts
             live = conn.execute(
                 select(
                     a.c.job_id,
@@ -123,8 +123,26 @@ class Scheduler:
                 .join(j, j.c.id == a.c.job_id)
                 .where(a.c.state != "ended")
             ).all()
-            for attempt in live:
-                restore_attempt(state, attempt)
+            pending = conn.execute(
+                select(
+                    j.c.spec,
+                    j.c.attempt,
+                    j.c.held,
+                    j.c.not_before,
+                    j.c.reason_code,
+                    j.c.reason,
+                    j.c.reason_at,
+                )
+                .where(j.c.state == "pending")
+                .order_by(j.c.seq)
+            ).all()
+            specs = [(spec_from_json(r.spec), r) for r in pending]
+            found = choose(conn, live, specs, self.policy, self.revision)
+            model, state = found.model, found.state
+            self.revision, self.profile = model.revision, found.profile
+            self.paused = get_setting(conn, "scheduler.paused", "0") == "1"
+            if self.paused:
+                self.paused_by = _last_pause(conn)
             self.replay = unapplied_exits(conn)  # refills clean_exits as they are applied again
             self.clean_exits.clear()
             n = schema.nodes
@@ -133,23 +151,24 @@ class Scheduler:
                 for r in conn.execute(select(n.c.name, n.c.reason).where(n.c.state == "lost")).all()
                 if not r.reason.startswith("unclean")  # an unclean node's live attempts are real
             ]
-            pending = conn.execute(
-                select(j.c.spec, j.c.attempt, j.c.held, j.c.not_before, j.c.reason_code, j.c.reason)
-                .where(j.c.state == "pending")
-                .order_by(j.c.seq)
-            ).all()
-            now = self.clock()
-            for row in pending:
-                job = state.submit(spec_from_json(row.spec), attempts=row.attempt)
+            for job, row in found.submitted:
                 job.held, job.not_before = bool(row.held), row.not_before
                 if row.reason_code:  # as persisted: a restart does not rewrite every pending job's reason
-                    self.reasons.known.setdefault(job.spec.id, (row.reason_code, row.reason, now))
+                    self.reasons.known.setdefault(job.spec.id, (row.reason_code, row.reason, row.reason_at))
                 if row.not_before > self.clock():
                     heapq.heappush(self.timers, row.not_before)
         state.plan.commit()
         self.state = state
         self.reasons.look_at_all()
         self.own.clear()
+        if found.refused is not None:
+            with self.engines.writer.begin() as conn:
+                self.own.update(report_refusal(conn, found.refused, model.revision, self.engines.is_sqlite))
+        if found.left_out:
+            log.error(
+                "pending jobs left out (their queue is in no applicable revision): %s",
+                ", ".join(found.left_out[:20]),
+            )
         log.info(
             "state loaded in %.0f ms: %d nodes, %d pending, %d live attempts (journal at %d)",
             (time.perf_counter() - started) * 1000,
@@ -162,22 +181,38 @@ class Scheduler:
     # ---- the loop -----------------------------------------------------------------------
     def run(self) -> None:
         self.doorbell.publish(self.engines.writer)
-        self.reload()
+        self.reload_until_applicable()
         self.step(force=True)
         while not self.stop.is_set():
             now = self.clock()
             while self.timers and self.timers[0] <= now:
                 heapq.heappop(self.timers)
             timeout = FALLBACK_WAKE if not self.timers else min(FALLBACK_WAKE, self.timers[0] - now)
+            timeout = max(0.0, min(timeout, self.wake - now))
             if self.reasons_waiting:
                 timeout = min(timeout, self.reasons_due - time.monotonic())
             rung = self.doorbell.wait(timeout)
             pause = self.next_cycle - time.monotonic()
             if rung and pause > 0:  # a flood of rings: gather it into one cycle
                 time.sleep(pause)
-            due = bool(self.timers) and self.timers[0] <= self.clock()
+            due = (bool(self.timers) and self.timers[0] <= self.clock()) or self.wake <= self.clock()
             due = due or (self.reasons_waiting and time.monotonic() >= self.reasons_due)
-            self.step(force=rung or due)
+            try:
+                self.step(force=rung or due)
+            except NoRevisionApplies:
+                self.reload_until_applicable()
+
+    def reload_until_applicable(self) -> None:
+        """Reload; while no stored revision can hold the live work, say so and wait for a new one
+        (never exit: a supervisor would restart into the same state, over and over)."""
+        while not self.stop.is_set():
+            try:
+                self.reload()
+                return
+            except NoRevisionApplies as exc:
+                metrics.CONFIG_REFUSED.inc()
+                log.error("%s; waiting for a new configuration revision", exc)
+                self.doorbell.wait(FALLBACK_WAKE * 5)
 
     def step(self, force: bool = False) -> None:
         """Read the journal, apply it, run a cycle if anything changed, commit the decisions."""
@@ -198,20 +233,24 @@ class Scheduler:
         now = self.clock()
         result = None
         began = time.monotonic()
-        if not self.paused and self.state.jobs:
+        self.wake = math.inf
+        if self.paused and self.state.jobs:  # no decisions: every pending job says why
+            result = CycleResult(now, others=why_text.paused(*self.paused_by))
+        elif self.state.jobs:
             result = schedule(self.state, self.profile, now)
+            self.wake = result.next_wake
             took = time.monotonic() - began
             self.next_cycle = _next_cycle(began, took)
             metrics.CYCLE_SECONDS.observe(took)
             self.cycles += 1
-        changes: list[tuple[str, str, str, bool]] = []
+        changes: list[ReasonChange] = []
         decided = endings or (result is not None and _decided(result))
         if result is not None:
             # reasons alone are written at most every REASON_FLUSH seconds: under a flood of
             # submissions each write would take SQLite's one write lock from the API
             self.reasons_waiting = not (decided or time.monotonic() >= self.reasons_due)
             if not self.reasons_waiting:
-                changes = self.reasons.changes(self.state, result, now)
+                changes = self.reasons.changes(self.state, result)
                 self.reasons_due = time.monotonic() + self.reason_flush
         else:
             self.reasons_waiting = False
@@ -255,7 +294,9 @@ class Scheduler:
         for r in entries:
             kind, job_id = r.kind, JobId(r.job) if r.job else None
             if kind == "submit" and job_id in specs:
-                if job_id not in state.jobs and job_id not in state.running:
+                if specs[job_id].queue not in state.queues:  # accepted under a revision not in force
+                    log.error("job %s left out: its queue is not in the revision in force", job_id)
+                elif job_id not in state.jobs and job_id not in state.running:
                     state.submit(specs[job_id])
                     self.reasons.fresh.add(job_id)
             elif kind == "cancel" and job_id in state.jobs:
@@ -289,6 +330,7 @@ class Scheduler:
                     row.restarts,
                     row.max_restarts,
                     self.clock(),
+                    row.launch_losses if row.state == "starting" else None,  # never reported running
                 )
                 endings.append((body["job"], body["attempt"], ending))
                 self._end_in_memory(body["job"], body["attempt"], ending)
@@ -298,13 +340,16 @@ class Scheduler:
                     state.record_checkpoint(job_id, float(body["at"]))
             elif kind == "x.node":
                 body = json.loads(r.body)
-                reload = reload or self._node_changed(body)
+                # without a node: many nodes changed at once (a server start marks every one unheard)
+                reload = reload or "node" not in body or self._node_changed(body)
                 if body.get("ends_attempts"):  # kept across a reload, like the other endings
                     self._lose_attempts_on(str(body["node"]), str(body.get("reason", "")), endings)
             elif kind == "cluster":
                 reload = reload or json.loads(r.body).get("revision") != self.revision
             elif kind in ("x.pause", "x.resume"):
                 self.paused = kind == "x.pause"
+                body = json.loads(r.body)
+                self.paused_by = (str(body.get("by", "")), body.get("t"))
             elif kind in FOREIGN_DECISIONS or (kind == "cancel" and job_id in state.running):
                 # another scheduler decided (a stale one, during a failover): memory no longer
                 # matches the database, and without a reload both could wait forever on GPUs
@@ -377,7 +422,16 @@ class Scheduler:
         a, j = schema.attempts, schema.jobs
         with self.engines.reader.connect() as conn:
             rows = conn.execute(
-                select(a.c.job_id, a.c.attempt, a.c.stop_kind, a.c.stop_by, j.c.restarts, j.c.request)
+                select(
+                    a.c.job_id,
+                    a.c.attempt,
+                    a.c.state,
+                    a.c.stop_kind,
+                    a.c.stop_by,
+                    j.c.restarts,
+                    j.c.launch_losses,
+                    j.c.request,
+                )
                 .join(j, j.c.id == a.c.job_id)
                 .where(a.c.job_id.in_({k[0] for k in keys}), a.c.state != "ended")
             ).all()
@@ -393,7 +447,7 @@ class Scheduler:
         self,
         endings: list[tuple[str, int, Ending]],
         result: CycleResult | None,
-        changes: list[tuple[str, str, str, bool]],
+        changes: list[ReasonChange],
         now: float,
     ) -> Batch:
         state = self.state
@@ -461,6 +515,18 @@ def _shape(spec: NodeSpec) -> tuple[object, ...]:
         sorted(spec.labels.items()),
         spec.nvlink,
     )
+
+
+def _last_pause(conn: Any) -> tuple[str, float | None]:
+    """Who paused scheduling, and when (from the newest `x.pause` of the journal)."""
+    e = schema.events
+    body = conn.execute(
+        select(e.c.body).where(e.c.kind == "x.pause").order_by(e.c.seq.desc()).limit(1)
+    ).scalar()
+    if body is None:
+        return ("", None)
+    entry = json.loads(body)
+    return (str(entry.get("by", "")), entry.get("t"))
 
 
 def _next_cycle(began: float, took: float) -> float:

@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 
+from corral.server.main import hold_database
 from corral.server.scheduler import main
 
 
@@ -30,6 +31,7 @@ if __name__ == "__main__":
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     threading.Thread(target=_parent_watch, daemon=True).start()
+    _lease = hold_database(args.database_url)  # held until the process ends
     try:
         main(args.database_url, args.policy)
     except KeyboardInterrupt:  # Ctrl-C reaches the whole process group of `corral server`/`up`

@@ -122,6 +122,7 @@ class Simulation:
         self._arrived = 0  # arrivals submitted so far
         self._last_cycle = -1e300
         self._cycle_due = False
+        self._wake = INFINITY  # the last cycle's `next_wake`: a _CYCLE event carrying it is queued
 
     # ---- set-up --------------------------------------------------------------------------
     def _job(self, t: TraceJob, seq: int) -> _Job:
@@ -131,7 +132,8 @@ class Simulation:
         if queue is None:
             known = ", ".join(q.name for q in c.queues)
             raise TraceError(
-                f"job {t.job_id}: queue {queue_name!r} is not in the cluster file (queues: {known})"
+                f"job {t.job_id}: queue {queue_name!r} is not in the cluster file (queues: {known}); "
+                "declare the trace's queues there (examples/philly.yaml does for Philly's VCs)"
             )
         class_name = t.priority or c.default_priority
         pclass = self._classes.get(class_name)
@@ -203,8 +205,8 @@ class Simulation:
         changed = False
         while events and events[0][0] == now:
             _, kind, _, payload = heapq.heappop(events)
-            if kind == _CYCLE:
-                self._cycle_due = True
+            if kind == _CYCLE:  # the minimum interval has passed, or the last cycle's wake-up is due
+                self._cycle_due = self._cycle_due or payload is None or payload == self._wake
             else:
                 changed |= self._handle(kind, payload, now)
         while i < n and arrivals[i].trace.submit_time == now:
@@ -299,6 +301,11 @@ class Simulation:
     def _cycle(self, now: float) -> None:
         self.stats.cycles += 1
         result = schedule(self.state, self.profile, now)
+        wake = result.next_wake  # e.g. a victim's min_runtime ends: nothing else may happen then
+        if wake != self._wake:
+            self._wake = wake
+            if wake < INFINITY:
+                self._push(wake, _CYCLE, wake)
         if self.on_cycle is not None:
             self.on_cycle(result)
         for r in result.rejections:

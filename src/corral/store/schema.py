@@ -43,12 +43,16 @@ jobs = Table(
     Column("held", Boolean, nullable=False, server_default=text("false")),
     Column("restarts", Integer, nullable=False, server_default="0"),
     Column("not_before", Float, nullable=False, server_default="0"),
+    # attempts in a row that ended `lost` before any node reported them running (their node could
+    # not launch them, e.g. its lease had expired): each backs off longer, and a budget ends it
+    Column("launch_losses", Integer, nullable=False, server_default="0"),
     Column("submit_time", Float, nullable=False),
     Column("start_time", Float),
     Column("end_time", Float),
     Column("exit_code", Integer),
     Column("reason_code", String(32), nullable=False, server_default=""),
     Column("reason", Text, nullable=False, server_default=""),
+    Column("reason_at", Float),  # the time the reason names (a reservation's start, a backoff's end)
     Column("spec", Text, nullable=False),  # the scheduling spec (JobSpec fields), JSON
     Column("request", Text, nullable=False),  # what the user asked for (command, env, mounts...), JSON
     Index("ix_jobs_state", "state"),
@@ -198,5 +202,6 @@ reasons = Table(
     Column("t", Float, nullable=False),
     Column("code", String(32), nullable=False),
     Column("message", Text, nullable=False),
+    Column("at", Float),  # the time the message names, if any
     Index("ix_reasons_job", "job_id"),
 )

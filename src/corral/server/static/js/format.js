@@ -24,6 +24,32 @@ export function clock(t) {
   return `${d.toLocaleDateString([], { month: "short", day: "numeric" })} ${time}`;
 }
 
+/** How far a time is from now: "in 3m", "12s ago" (as the CLI says it, corral.core.reasons.relative). */
+export function relative(at, now = Date.now() / 1000) {
+  const d = at - now;
+  const s = Math.round(Math.abs(d));
+  if (s < 1) return "now";
+  let text;
+  if (s < 60) text = `${s}s`;
+  else if (s < 3600) text = `${Math.floor(s / 60)}m`;
+  else if (s < 86400) text = `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
+  else text = `${Math.floor(s / 86400)}d${Math.floor((s % 86400) / 3600)}h`;
+  return d > 0 ? `in ${text}` : `${text} ago`;
+}
+
+/** A reason's sentence with how far the time it names is, after that time: "at 10:45:00 UTC (in 3m)".
+ *  The stored sentence names the absolute time (UTC), and `at` is that time. */
+export function reasonText(message, at, now = Date.now() / 1000) {
+  if (!message || at == null || at < 1e9) return message || "";
+  const iso = new Date(at * 1000).toISOString();
+  const rel = ` (${relative(at, now)})`;
+  for (const text of [`${iso.slice(11, 19)} UTC`, `${iso.slice(0, 10)} ${iso.slice(11, 19)} UTC`]) {
+    const i = message.indexOf(text);
+    if (i >= 0) return message.slice(0, i + text.length) + rel + message.slice(i + text.length);
+  }
+  return message + rel;
+}
+
 export function duration(seconds) {
   if (seconds == null || !isFinite(seconds)) return "–";
   const s = Math.max(0, Math.round(seconds));

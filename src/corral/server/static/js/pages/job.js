@@ -5,7 +5,7 @@
 
 import { api } from "../api.js";
 import { ClusterMap } from "../clustermap.js";
-import { badge, clock, duration, errorBox, esc, queueColour, swatch } from "../format.js";
+import { badge, clock, duration, errorBox, esc, queueColour, reasonText, swatch } from "../format.js";
 import { debounce, ENDINGS, every, FollowUp } from "../live.js";
 
 const TAIL = 16384;
@@ -210,7 +210,8 @@ function render(el, j, history, first) {
 
 function reasonBox(j, history) {
   const reasons = history.reasons || [];
-  const current = j.reason ? `<p class="why"><b>${esc(j.reason_code || "reason")}</b>: ${esc(j.reason)}</p>` : "";
+  const why = reasonText(j.reason, j.reason_at);
+  const current = j.reason ? `<p class="why"><b>${esc(j.reason_code || "reason")}</b>: ${esc(why)}</p>` : "";
   if (!current && !reasons.length) return "";
   const title = j.state === "pending" ? (j.held ? "Held" : "Why it waits") : j.state === "stopping" ? "Why it stops" : "Reason";
   const rows = reasons

@@ -3,7 +3,7 @@
 // `stopping` are checked again after 0.5, 1, 2, 4 s (those changes have no event of their own).
 
 import { api } from "../api.js";
-import { ago, badge, duration, errorBox, esc, JOB_STATES, num, queueColour, swatch } from "../format.js";
+import { ago, badge, duration, errorBox, esc, JOB_STATES, num, queueColour, reasonText, swatch } from "../format.js";
 import { debounce, FollowUp } from "../live.js";
 
 const PAGE = 50;
@@ -124,7 +124,7 @@ function render(el, rows, more, page) {
     .map((j) => {
       const waited = j.start_time ? j.start_time - j.submit_time : (j.end_time || now) - j.submit_time;
       const ran = j.start_time ? (j.end_time || now) - j.start_time : null;
-      const why = j.state === "pending" || j.state === "failed" || j.state === "rejected" ? j.reason : "";
+      const why = j.state === "pending" || j.state === "failed" || j.state === "rejected" ? reasonText(j.reason, j.reason_at, now) : "";
       const gpus = j.replicas > 1 ? `${j.replicas} × ${j.gpus_per_replica}` : `${j.gpus}`;
       return (
         `<tr data-job="${esc(j.id)}" class="click">` +

@@ -1,0 +1,217 @@
+"""The sentences of reasons: small pure functions from what a cycle saw to what people read.
+
+Times in a sentence are absolute (`clock`): Unix times as UTC clock times (with the date when
+more than a day away), a simulation's seconds from the trace's start as `t=1840s`. The `Reason`
+also carries the time (`Reason.at`), so that the CLI and the dashboard can add how far away it
+is ("in 3m"). Nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from corral.core.decisions import Reason, Why
+from corral.core.model import NodeState
+from corral.core.placement import Miss, Request
+from corral.core.state import ClusterState
+
+UNIX_EPOCH_FLOOR = 1e9  # a time at or above this is Unix time (after 2001); below, a simulation's seconds
+_NAMES_SHOWN = 3
+
+
+def clock(t: float, now: float | None = None) -> str:
+    """An absolute time as people read it: `10:45:00 UTC` (Unix time) or `t=1840s` (simulated)."""
+    if t < UNIX_EPOCH_FLOOR:
+        return f"t={t:.0f}s"
+    when = datetime.fromtimestamp(t, UTC)
+    if now is not None and abs(t - now) >= 86400:
+        return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return when.strftime("%H:%M:%S UTC")
+
+
+def plural(n: int, word: str) -> str:
+    """`1 replica`, `2 replicas`."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def gang(replicas: int, gpus_per_replica: int) -> str:
+    """`8 GPUs` for one replica, `2 x 8 GPUs` for a gang."""
+    gpus = plural(gpus_per_replica, "GPU")
+    return f"{replicas} x {gpus}" if replicas > 1 else gpus
+
+
+def held() -> Reason:
+    return Reason(Why.HELD, "held by a user or an admin; `corral release` lets it run")
+
+
+def backoff(not_before: float, now: float) -> Reason:
+    return Reason(Why.BACKOFF, f"restart backoff: may start at {clock(not_before, now)}", not_before)
+
+
+def paused(by: str, since: float | None) -> Reason:
+    """Why every pending job waits while an admin has paused scheduling."""
+    when = f" since {clock(since)}" if since is not None else ""
+    who = f" by {by}" if by else ""
+    return Reason(
+        Why.PAUSED, f"scheduling is paused{who}{when}; `corral admin resume` lets jobs start", since
+    )
+
+
+def with_reservation(reason: Reason, start: float, now: float) -> Reason:
+    """The job's own reservation: it starts then at the latest (if running jobs end on time)."""
+    return Reason(Why.RESERVED, f"{reason.message}; reserved to start at {clock(start, now)}", start)
+
+
+def with_protection(reason: Reason, until: float, now: float) -> Reason:
+    """Jobs it could preempt are inside their `min_runtime` until `until`."""
+    return Reason(
+        reason.code,
+        f"{reason.message}; the jobs it may preempt are protected by min_runtime until {clock(until, now)}",
+        until,
+    )
+
+
+def capacity(
+    state: ClusterState,
+    req: Request,
+    miss: Miss,
+    reservations: Sequence[tuple[str, float, tuple[int, ...]]],
+    ends_by: float | None,
+    now: float,
+) -> Reason:
+    """Why a gang does not fit now: free GPUs, what holds them (reservations of other jobs, nodes
+    that take no new work), the tightest domain it must fit (naming the best one).
+
+    `reservations`: (job, start, nodes) of this cycle's reservations on nodes the gang may use,
+    earliest first; `ends_by`: when the job would end if it started now (its
+    time limit; None: it has none).
+    """
+    need = gang(req.replicas, req.gpus_per_replica)
+    names = state.topology.span_names
+    scope = names[min(miss.span, len(names) - 1)]
+    if scope == "cluster":
+        free = "1 GPU is" if miss.best_gpus == 1 else f"{miss.best_gpus} GPUs are"
+        text, code, at = f"needs {need}; {free} free in the cluster", Why.CAPACITY, None
+        reserved = _held_free(state, req, reservations) if reservations else 0
+        if reserved and miss.best_gpus + reserved >= req.gpus:
+            job, start, _ = reservations[0]
+            are = "is" if reserved == 1 else "are"
+            held_text = (
+                f"{plural(reserved, 'free GPU')} {are} held"
+                if not miss.best_gpus
+                else f"{reserved} more {are} held"
+            )
+            head = f"needs {need}; " if not miss.best_gpus else f"{text}, and "
+            runs = "it has no time limit" if ends_by is None else f"it would run until {clock(ends_by, now)}"
+            others = len(reservations) - 1
+            whose = f"{job}'s reservation" + (f" (and {plural(others, 'other')})" if others else "")
+            text = (
+                f"{head}{held_text} for {whose} at {clock(start, now)}, and {runs}: "
+                "starting it would delay that reservation"
+            )
+            code, at = Why.BEHIND_RESERVATION, start
+        elif miss.best_gpus >= req.gpus:
+            text += f", at most {_most_on_one_node(state, req)} on one node"
+    elif scope in ("nvlink", "node"):
+        where = "NVLink domain" if scope == "nvlink" else "node"
+        text, code, at = f"needs {need} inside one {where} (required); none has room now", Why.TOPOLOGY, None
+        most = _most_on_one_node(state, req)
+        if most:
+            text += f" (at most {most} free on one node)"
+    else:
+        best, label = _best_domain(state, req, miss.span)
+        text = f"needs {need} inside one {scope} (required); the most free in one {scope} is {best}"
+        text += f", in {scope} {label}" if label else ""
+        code, at = Why.TOPOLOGY, None
+    return Reason(code, text + _unavailable(state, req), at)
+
+
+def _held_free(
+    state: ClusterState, req: Request, reservations: Sequence[tuple[str, float, tuple[int, ...]]]
+) -> int:
+    """Free GPUs of the gang's classes that reservations hold (a node's reserved count may include
+    GPUs still in use: only its free ones count here)."""
+    allowed = set(req.classes)
+    nodes = {n for _, _, held in reservations for n in held if state.node_class[n] in allowed}
+    return sum(
+        min(state.reserved[n], state.free_mask(n).bit_count()) for n in nodes if state.is_schedulable(n)
+    )
+
+
+def _most_on_one_node(state: ClusterState, req: Request) -> int:
+    """The most available GPUs on one node of the classes the gang may use."""
+    per_class = state.index.buckets[0]
+    most = 0
+    for cls in req.classes:
+        buckets = per_class.get(cls)
+        if buckets is None:
+            continue
+        for k in range(len(buckets) - 1, most, -1):
+            if buckets[k]:
+                most = k
+                break
+    return most
+
+
+def _best_domain(state: ClusterState, req: Request, span: int) -> tuple[int, str]:
+    """The most available GPUs in one domain of `span` (for the gang's classes), and its name."""
+    topo = state.topology
+    depth = topo.depth_of_span(span)
+    best, label = 0, ""
+    for dom in topo.by_depth[depth]:
+        free = state.index.capacity(dom, req.classes, max(1, req.gpus_per_replica))[1]
+        if free > best or not label:
+            best, label = free, topo.domains[dom].path[-1] if topo.domains[dom].path else ""
+    return best, label
+
+
+def _unavailable(state: ClusterState, req: Request) -> str:
+    """The nodes of the gang's classes that take no new work (cordoned, draining, down) and the
+    healthy idle GPUs they hold, when there are any."""
+    if not state.unschedulable:
+        return ""
+    allowed = set(req.classes)
+    nodes = [n for n in sorted(state.unschedulable) if state.node_class[n] in allowed]
+    gpus = sum((state.healthy[n] & ~state.alloc[n]).bit_count() for n in nodes)
+    if not gpus:
+        return ""
+    shown = ", ".join(
+        f"{state.specs[n].name} ({_state_word(state.node_state[n])})" for n in nodes[:_NAMES_SHOWN]
+    )
+    more = f" and {len(nodes) - _NAMES_SHOWN} more" if len(nodes) > _NAMES_SHOWN else ""
+    return f"; {plural(gpus, 'idle GPU')} on nodes that take no new work: {shown}{more}"
+
+
+def _state_word(node_state: NodeState) -> str:
+    return node_state.value
+
+
+def relative(at: float, now: float) -> str:
+    """How far `at` is from `now`: `in 3m`, `in 1h05m`, `12s ago`, `now`."""
+    d = at - now
+    s = round(abs(d))
+    if s < 1:
+        return "now"
+    if s < 60:
+        text = f"{s}s"
+    elif s < 3600:
+        text = f"{s // 60}m"
+    elif s < 86400:
+        text = f"{s // 3600}h{s % 3600 // 60:02d}m"
+    else:
+        text = f"{s // 86400}d{s % 86400 // 3600}h"
+    return f"in {text}" if d > 0 else f"{text} ago"
+
+
+def with_relative(message: str, at: float | None, now: float) -> str:
+    """A reason's sentence for a reader at `now`: the time it names followed by how far it is,
+    e.g. `reserved to start at 10:45:00 UTC (in 3m)` (the stored sentence never counts down)."""
+    if at is None or at < UNIX_EPOCH_FLOOR:
+        return message
+    for text in (clock(at), clock(at, at + 86400)):  # as written near its time, or with the date
+        i = message.find(text)
+        if i >= 0:
+            end = i + len(text)
+            return f"{message[:end]} ({relative(at, now)}){message[end:]}"
+    return f"{message} ({relative(at, now)})"
