@@ -60,6 +60,7 @@ def server(
 ) -> None:
     """Run the control plane: the HTTP API (FastAPI on uvicorn) and the scheduler process."""
     from corral.core.errors import ConfigError
+    from corral.server.config_check import LiveConflict
     from corral.server.main import ServerOptions, serve
 
     directory = data_dir()
@@ -83,7 +84,7 @@ def server(
                 auth_failures=auth_failures,
             )
         )
-    except ConfigError as exc:  # the cluster file, or a revision that would strand live jobs
+    except (ConfigError, LiveConflict) as exc:  # the cluster file, or a revision that would strand live jobs
         raise SystemExit(f"corral server: {exc}") from None
 
 

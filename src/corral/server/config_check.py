@@ -16,15 +16,21 @@ from collections import defaultdict
 from sqlalchemy import Connection, select
 
 from corral.config.cluster_file import ClusterConfig
-from corral.core.errors import ConfigError
+from corral.core.errors import CorralError
 from corral.store import schema
 
 LIVE_JOB_STATES = ("pending", "starting", "running", "stopping")
 MAX_NAMED = 10  # job ids named per queue or class in a refusal
 
 
-class LiveConflict(ConfigError):
-    """The revision drops a queue or a priority class that live jobs still use."""
+class LiveConflict(CorralError):
+    """The revision drops a queue or a priority class that live jobs still use. Shaped like
+    ConfigError (source, detail, fix), not a subclass of it: the compiled core's ConfigError
+    takes no subclasses defined outside the compiled modules."""
+
+    def __init__(self, message: str, *, source: str, fix: str) -> None:
+        self.source, self.detail, self.fix = source, message, fix
+        super().__init__(f"{source}: {message} (fix: {fix})")
 
 
 def live_uses(conn: Connection) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
