@@ -608,6 +608,13 @@ def preempt_scenario(
     return figures
 
 
+def bench_backlog(size: Size, scale: float, rng: random.Random) -> dict[str, Any]:
+    """A full cluster and 100,000 pending jobs (bench/core_backlog.py)."""
+    from core_backlog import bench_backlog as backlog
+
+    return backlog(size, scale, rng)
+
+
 # ---- harness --------------------------------------------------------------------------------------
 SCENARIOS: dict[str, Callable[[Size, float, random.Random], dict[str, Any]]] = {
     "placements": bench_placements,
@@ -615,6 +622,7 @@ SCENARIOS: dict[str, Callable[[Size, float, random.Random], dict[str, Any]]] = {
     "cycle": bench_cycle,
     "preempt": bench_preempt,
     "preempt_one_queue": bench_preempt_one_queue,
+    "backlog": bench_backlog,
 }
 
 # scenario -> (figure, label, target text, predicate)
@@ -623,6 +631,10 @@ TARGETS: dict[str, list[tuple[str, str, str, Callable[[float], bool]]]] = {
     "gangs": [("decision_p99_ms", "gang decision p99 ms", "<= 10", lambda v: v <= 10)],
     "cycle": [("cycle_ms", "full cycle ms", "<= 250", lambda v: v <= 250)],
     "preempt": [("select_p99_ms", "victim selection p99 ms", "<= 20", lambda v: v <= 20)],
+    "backlog": [
+        ("idle_cycle_ms", "cycle where nothing can start ms", "<= 20", lambda v: v <= 20),
+        ("after_end_cycle_ms", "cycle after 1 % end ms", "<= 100", lambda v: v <= 100),
+    ],
 }
 TARGETS["preempt_one_queue"] = TARGETS["preempt"]
 INFO: dict[str, list[tuple[str, str]]] = {
@@ -666,6 +678,22 @@ INFO: dict[str, list[tuple[str, str]]] = {
     ],
 }
 INFO["preempt_one_queue"] = INFO["preempt"]
+INFO["backlog"] = [
+    ("running", "running attempts"),
+    ("pending", "pending jobs"),
+    ("first_cycle_ms", "first cycle ms (every job new)"),
+    ("first_check_ms", "  of which feasibility check ms"),
+    ("idle_cycle_max_ms", "  the slowest of five ms"),
+    ("idle_cycle_cpu_ms", "  CPU time, mean of five ms"),
+    ("after_end_cpu_ms", "cycle after 1 % end, CPU time ms"),
+    ("idle_considered", "jobs the idle cycle reached"),
+    ("ended", "attempts ended"),
+    ("freed_gpus", "GPUs they freed"),
+    ("after_end_starts", "starts after they ended"),
+    ("after_end_backfilled", "  of which backfilled"),
+    ("after_end_reservations", "reservations"),
+    ("free_gpus_after", "GPUs free after that cycle"),
+]
 RSS_LIMIT_MIB = 1024.0
 
 

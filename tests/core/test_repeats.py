@@ -1,9 +1,9 @@
 """Passing over jobs that repeat an answer gives every job what looking at each would give.
 
 The same random cluster, backlog and sequence of cycles runs twice: once with `repeats.Walk`
-(runs of repeating jobs passed over by bisection) and the one-job shortcut, and once looking at
-every job in order; starts, preemptions, nominations, reservations, rejections and every job's
-reason must be identical.
+(families of jobs passed over by bisection, jobs that no backfill window can hold passed with
+them) and the one-job shortcut, and once looking at every job in order; starts, preemptions,
+nominations, reservations, rejections and every job's reason must be identical.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corral.core import cycle, repeats
+from corral.core import order, repeats
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult
 from corral.core.model import JobId, JobSpec, NodeName, NodeSpec, QueueName, QueueSpec
@@ -26,8 +26,12 @@ from tests.helpers import check_no_double_allocation
 CLASSES = [(0, "low"), (100, "normal"), (1000, "high")]
 
 
-def play(seed: int, policy: str) -> list[tuple[Any, ...]]:
-    """A backlog of few shapes over a busy cluster, cycles with endings, holds and backoffs between."""
+def play(seed: int, policy: str, limits: int = 0) -> list[tuple[Any, ...]]:
+    """A backlog of few shapes over a busy cluster, cycles with endings, holds and backoffs between.
+
+    `limits`: 0, time limits of None, 10 minutes or an hour; else up to that many distinct ones
+    (the jobs of one family then differ by their time limits, as on a real backlog).
+    """
     rng = random.Random(seed)
     nodes = [
         NodeSpec(NodeName(f"n{i}"), 8, "H100-80GB", labels={"leaf": f"l{i // 4}"})
@@ -48,8 +52,11 @@ def play(seed: int, policy: str) -> list[tuple[Any, ...]]:
     shapes = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (3, 8)]
     outcome: list[tuple[Any, ...]] = []
     now, seq = 0.0, 0
+    choices: list[float | None] = [None, 600.0, 3600.0]
+    if limits:
+        choices = [None, *(300.0 * rng.randint(1, 48) for _ in range(limits))]
     for _ in range(rng.randint(3, 8)):
-        for _ in range(rng.choice([1, rng.randint(0, 60)])):  # often one job: the shortcut
+        for _ in range(rng.choice([1, rng.randint(0, 60 + 2 * limits)])):  # often one job: the shortcut
             seq += 1
             replicas, gpus = rng.choice(shapes)
             prio, name = rng.choice(CLASSES)
@@ -57,7 +64,7 @@ def play(seed: int, policy: str) -> list[tuple[Any, ...]]:
             spec = JobSpec(
                 JobId(f"j{seq}"), queue, replicas=replicas, gpus_per_replica=gpus,
                 priority=prio, priority_class=name, submit_time=now, seq=seq,
-                time_limit=rng.choice([None, 600.0, 3600.0]), preemptible=rng.random() > 0.1,
+                time_limit=rng.choice(choices), preemptible=rng.random() > 0.1,
             )  # fmt: skip
             state.submit(spec, attained=rng.choice([0.0, 5000.0, 50000.0]))
         for job in list(state.jobs.values()):
@@ -73,7 +80,7 @@ def play(seed: int, policy: str) -> list[tuple[Any, ...]]:
             attempt = state.running[job_id]
             if attempt.preempting_deadline is not None and attempt.preempting_deadline <= now:
                 state.end(job_id, requeue=True, now=now)
-            elif rng.random() < 0.3:
+            elif rng.random() < 0.3 or attempt.limit_end <= now:
                 state.end(job_id, requeue=False, now=now)
     return outcome
 
@@ -88,6 +95,7 @@ def summary(result: CycleResult) -> tuple[Any, ...]:
         sorted((j, r.code.value, r.message) for j, r in result.reasons.items()),
         result.others,
         result.considered,
+        result.next_wake,
     )
 
 
@@ -99,6 +107,27 @@ def test_passing_over_repeats_changes_nothing(seed: int, policy: str) -> None:
         walked = play(seed, policy)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(repeats, "MANY_SHAPES", -1)  # look at every job
-        patch.setattr(cycle, "ONE_JOB_SHORTCUT", False)  # even when only one waits
+        patch.setattr(order, "ONE_JOB_SHORTCUT", False)  # even when only one waits
         looked = play(seed, policy)
+    assert walked == looked
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    policy=st.sampled_from(["default", "las", "default"]),
+    limits=st.sampled_from([4, 12, 40]),
+)
+def test_passing_over_jobs_no_backfill_window_holds_changes_nothing(
+    seed: int, policy: str, limits: int
+) -> None:
+    """Families whose jobs differ by their time limits: the walk passes over the jobs that no
+    backfill window can hold, and looks at the rest; nothing differs from looking at each."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(repeats, "FEW_JOBS", 0)
+        walked = play(seed, policy, limits)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(repeats, "MANY_SHAPES", -1)
+        patch.setattr(order, "ONE_JOB_SHORTCUT", False)
+        looked = play(seed, policy, limits)
     assert walked == looked

@@ -40,3 +40,24 @@ def test_a_full_cluster_misses_with_its_capacity() -> None:
     assert isinstance(missed, Miss)
     assert (missed.best_replicas, missed.best_gpus) == (1, 4)
     assert isinstance(place(state, req), list)  # the last group of four still fits one replica
+
+
+def test_interned_keys_of_live_jobs_keep_their_ids() -> None:
+    """When the intern table is trimmed, a waiting or running job's verdict key and family keep
+    their ids, so that a later job of the same (shape, time limit) shares them (a walk finds the
+    jobs of one key in one list)."""
+    state = ClusterState.build((), [NodeSpec(NodeName("n0"), 8)], [QueueSpec(QueueName("q"))])
+    state._intern_cap = 6  # trim after a few keys
+
+    def submit(job_id: str, seq: int, limit: float) -> None:
+        state.submit(JobSpec(JobId(job_id), QueueName("q"), seq=seq, time_limit=limit))
+
+    submit("keep", 0, 60.0)
+    for i in range(1, 12):
+        submit(f"other{i}", i, 60.0 * (i + 1))  # new keys: the table is trimmed on the way
+        if i % 2:
+            state.remove_pending(JobId(f"other{i}"))  # dead keys may be forgotten
+    submit("later", 12, 60.0)
+    keep, later = state.jobs[JobId("keep")], state.jobs[JobId("later")]
+    assert (later.verdict_key, later.family) == (keep.verdict_key, keep.family)
+    assert state.queues[QueueName("q")].by_verdict[keep.verdict_key] == sorted([keep.key, later.key])

@@ -9,22 +9,21 @@ state; reservations are dropped at the end (they are recomputed every cycle).
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left
-from typing import cast
+from collections.abc import Hashable
 
+from corral.core import order, repeats, reserve
 from corral.core import reasons as why_text
-from corral.core import repeats, reserve
-from corral.core.decisions import CycleResult, Nominate, Preempt, Reason, Reject, Reserve, Start, Why
+from corral.core.decisions import CycleResult, Reason, Reject, Reserve, Start, Why
 from corral.core.fairshare import advance_usage
-from corral.core.jobs import PendingJob, QueueState, RunningAttempt, shape_of
+from corral.core.jobs import PendingJob, shape_of
 from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
-from corral.core.occupancy import Group
-from corral.core.placement import NodeMask, Request, place
-from corral.core.plugins import Profile, Victims
-from corral.core.preempt import NO_CANDIDATES, SameQueue, Selection, ranked_candidates, select_victims
+from corral.core.placement import Miss, NodeMask, Request, place, sure_miss
+from corral.core.plugins import Profile
+from corral.core.preempt import SameQueue
+from corral.core.preemption import Preemption
 from corral.core.rejections import never_fits
-from corral.core.repeats import Key
+from corral.core.repeats import ADMISSION, CAPACITY, Epoch, Verdict
 from corral.core.request import request_for
 from corral.core.state import ClusterState
 
@@ -40,6 +39,7 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
     try:
         cycle.run()
     finally:
+        cycle.walk_of.clear()  # walks refer to the cycle: no garbage cycle left behind
         state.plan.commit()
         reserve.clear(state, cycle.reservations)
     cycle.remove_started()
@@ -47,7 +47,7 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
 
 
 def _reject_never_fitting(state: ClusterState, profile: Profile, result: CycleResult) -> None:
-    cache, filters = state.cache, tuple(map(id, profile.filters))
+    filters = tuple(map(id, profile.filters))
     for job in state.unchecked:
         if job.spec.id not in state.jobs:
             continue
@@ -56,12 +56,13 @@ def _reject_never_fitting(state: ClusterState, profile: Profile, result: CycleRe
         req = request_for(state, job.spec, profile.filters, job.shape)
         job.request, job.request_generation = req, state.generation
         # the answer depends only on the verdict key's fields (shape, queue, preemptible) and on
-        # static capacity: cached per key until the capacity changes (`state.cache` is cleared)
-        key = ("never", job.verdict_key, filters)
-        found = cache.get(key, _UNKNOWN) if job.verdict_key >= 0 else _UNKNOWN
-        if found is _UNKNOWN:
-            found = cache[key] = never_fits(state, job.spec, req)
-        why = cast(str | None, found)
+        # static capacity: cached per key until the capacity changes (`state.caches` is replaced)
+        cache = state.caches.never_fits
+        key = (job.verdict_key, filters)
+        if job.verdict_key >= 0 and key in cache:
+            why = cache[key]
+        else:
+            why = cache[key] = never_fits(state, job.spec, req)
         if why is not None:
             state.remove_pending(job.spec.id)
             result.rejections.append(Reject(job.spec.id, why))
@@ -69,8 +70,7 @@ def _reject_never_fitting(state: ClusterState, profile: Profile, result: CycleRe
 
 
 _OWN_BUDGET = (Why.LIMIT, Why.QUOTA, Why.COHORT)  # admission reasons that the queue's own jobs cause
-ONE_JOB_SHORTCUT = True  # a cycle with one pending job considers it without ordering (tests turn it off)
-_UNKNOWN = object()
+_DEFERRED = "; preemption deferred to a later cycle (per-cycle cap reached)"
 _INDICES: dict[int, tuple[int, ...]] = {}
 
 
@@ -96,130 +96,22 @@ class _Cycle:
         self.profile = profile
         self.now = now
         self.result = result
+        self.reasons = result.reasons
         self.reservations: list[reserve.Reservation] = []
         self.reserved_queues: set[str] = set()
-        self.blocked: dict[tuple[object, ...], Reason] = {}
+        # (shape, queue, class, time limit) -> what its first job blocked by capacity was told;
+        # a walk records the jobs it passes lazily (`repeats.Walk.first_blocked`)
+        self.blocked: dict[Hashable, Reason] = {}
+        self.walk_of: dict[QueueName, repeats.Walk] = {}
+        self.ends: tuple[Epoch, float | None] | None = None  # see `backfill_end`
         # (blocked shape, preemptible) -> (queues' use version, reason): while no queue's counted
         # GPUs change, admission answers jobs of one shape alike, so a repeat skips it too
         self.verdicts: dict[int, tuple[int, Reason]] = {}  # keyed by `PendingJob.verdict_key`
         self.started: dict[QueueName, list[JobId]] = {}
-        self.no_victims: dict[QueueName, int] = {}  # queue -> highest class found to have no candidates
-        self.no_budget_victims: dict[QueueName, int] = {}  # the same, among the queue's own jobs
-        self.preempt_tries = 0
-        self.deferred = False  # a job skipped preemption because of the per-cycle caps
-        self.protection: dict[Group, float] | None = None  # per group, when its first protection ends
+        self.preemption = Preemption()
 
-    # ---- order ---------------------------------------------------------------------------
     def run(self) -> None:
-        jobs = self.state.jobs
-        if len(jobs) == 1 and ONE_JOB_SHORTCUT:  # one pending job (the usual cycle): every order
-            # reaches it first, and nothing repeats a verdict yet
-            job = next(iter(jobs.values()))
-            self.result.considered += 1
-            self._after(job, self.consider(job))
-            return
-        if self.profile.queue_order is None:
-            self._run_global()
-        else:
-            self._run_fair()
-
-    def _repeats(self, job: PendingJob) -> bool:
-        """A job of a shape already answered while no queue's count changed: give it that reason."""
-        verdict = self.verdicts.get(job.verdict_key)
-        if verdict is None or verdict[0] != self.state.use_version or job.is_flagged(self.now):
-            return False
-        self.result.reasons[job.spec.id] = verdict[1]
-        return True
-
-    def _after(self, job: PendingJob, started: bool) -> bool:
-        """Strict FIFO: False when the cycle stops behind a job that did not start."""
-        reasons = self.result.reasons
-        if started or not self.profile.head_of_line or job.spec.id not in reasons:
-            return True
-        if reasons[job.spec.id].code in (Why.HELD, Why.BACKOFF):
-            return True
-        self.result.others = Reason(
-            Why.HEAD_OF_LINE, f"waiting behind job {job.spec.id} (strict FIFO: no job skips the head)"
-        )
-        return False
-
-    def _walk(self, queues: list[QueueState]) -> repeats.Walk | None:
-        """A walk that passes over jobs repeating an answer (None: look at every job: a strict
-        FIFO passes over none, and with very few jobs or very many shapes looking at each job
-        costs less)."""
-        if self.profile.head_of_line:
-            return None
-        if len(queues) == 1:
-            jobs, shapes = len(queues[0].pending_keys), len(queues[0].by_verdict)
-        else:
-            jobs = sum(len(q.pending_keys) for q in queues)
-            shapes = sum(len(q.by_verdict) for q in queues)
-        if jobs <= repeats.FEW_JOBS or shapes > repeats.MANY_SHAPES:
-            return None
-        return repeats.Walk(queues, self.now, self.verdicts, self.result.reasons)
-
-    def _run_global(self) -> None:
-        """fifo, sjf, las: one order of every queue's pending jobs."""
-        queues = [q for q in self.state.queues.values() if q.pending_keys]
-        if not queues:
-            return
-        jobs, result = self.state.jobs, self.result
-        walk = self._walk(queues)
-        if walk is None:  # one job at a time
-            hol = self.profile.head_of_line
-            lists = [q.pending_keys for q in queues]
-            for key in lists[0] if len(lists) == 1 else heapq.merge(*lists):
-                job = jobs[key[-1]]  # type: ignore[index]
-                result.considered += 1
-                if not hol and self._repeats(job):
-                    continue
-                if not self._after(job, self.consider(job)):
-                    return
-            return
-        while (look := walk.next(self.state.use_version)) is not None:
-            result.considered += 1
-            self.consider(jobs[look[-1]])  # type: ignore[index]
-        walk.finish()
-        result.considered += walk.passed
-
-    def _run_fair(self) -> None:
-        """default: queues by fair share (re-keyed after each change of the served queue's count).
-
-        Nothing changes while a queue's jobs repeat an answer, so the queue keeps its turn.
-        """
-        order = self.profile.queue_order
-        assert order is not None
-        state, result = self.state, self.result
-        heap: list[tuple[tuple[object, ...], int, QueueState]] = []
-        cursors: dict[int, Key | None] = {}
-        walks: dict[int, repeats.Walk | None] = {}
-        for i, q in enumerate(state.queues.values()):
-            if q.pending_keys:
-                heap.append((order.key(q, state), i, q))
-                cursors[i] = None
-                walks[i] = self._walk([q])
-        heapq.heapify(heap)
-        while heap:
-            _, i, q = heap[0]
-            walk = walks[i]
-            key = cursors[i] = (
-                repeats.next_key(q.pending_keys, cursors[i]) if walk is None else walk.next(state.use_version)
-            )
-            if key is None:
-                heapq.heappop(heap)  # nothing left in this queue
-                if walk is not None:
-                    walk.finish()
-                    result.considered += walk.passed
-                continue
-            result.considered += 1
-            job = q.pending[key[-1]]  # type: ignore[index]
-            if walk is None and not self.profile.head_of_line and self._repeats(job):
-                continue
-            before = q.effective_gpus
-            if not self._after(job, self.consider(job)):
-                return
-            if q.effective_gpus != before:
-                heapq.heapreplace(heap, (order.key(q, state), i, q))
+        order.run(self)
 
     # ---- one job ----------------------------------------------------------------------------
     def consider(self, job: PendingJob) -> bool:
@@ -233,7 +125,7 @@ class _Cycle:
                 reasons[spec.id] = why_text.backoff(job.not_before, self.now)
                 self.result.wake_at(job.not_before)
                 return False
-            if job.nomination is not None and self._nominated(job):
+            if job.nomination is not None and self.preemption.nominated(self, job):
                 return True
             if job.nomination is not None:
                 return False
@@ -247,55 +139,137 @@ class _Cycle:
             why = admit.admit(job, queue, self.state)
             if why is not None:
                 if why.code in _OWN_BUDGET and self.profile.victims is not None:
-                    outcome = self._preempt_for_budget(job, queue)
+                    outcome = self.preemption.for_budget(self, job, queue)
                     if outcome is not None:
                         return outcome  # nominated (or started) after preempting its own queue's jobs
-                    why = self._protected(job, why, SameQueue(self.profile.victims))
+                    why = self.preemption.protected(self, job, why, SameQueue(self.profile.victims))
                 reasons[spec.id] = why
                 self.verdicts[verdict_key] = (version, why)
                 return False
-        req = self._request(job)
+        req = self.request(job)
         shape = (job.shape, spec.queue, spec.priority, spec.time_limit)  # both set when it was queued
-        cached = self.blocked.get(shape)
+        cached = self._blocked(job, shape)
         if cached is not None:
             reasons[spec.id] = cached
             self.verdicts[verdict_key] = (version, cached)
             return False
         placed = place(self.state, req, job.avoid_nodes)
         if isinstance(placed, list):
-            self._start(job, placed, backfilled=False)
+            self.start_job(job, placed, backfilled=False)
             return True
         if self.reservations and spec.time_limit is not None and self._backfill(job, req):
             return True
         if self.profile.victims is not None:
-            outcome = self._preempt(job, req)
+            outcome = self.preemption.preempt(self, job, req)
             if outcome is not None:
                 return outcome  # started at once, or nominated and waiting for its victims
-        limit = spec.time_limit
-        ends_by = None if limit is None else self.now + limit
-        why = why_text.capacity(self.state, req, placed, self._reserved_for(req), ends_by, self.now)
+        why = self._capacity(job, req, placed)
         if self.profile.victims is not None:
-            why = self._protected(job, why, self.profile.victims)
-            if self.deferred:
-                why = Reason(
-                    why.code,
-                    why.message + "; preemption deferred to a later cycle (per-cycle cap reached)",
-                    why.at,
-                )
+            why = self.preemption.protected(self, job, why, self.profile.victims)
+            if self.preemption.deferred:
+                why = Reason(why.code, why.message + _DEFERRED, why.at)
         self.blocked[shape] = why  # later jobs of this shape wait alike, without a reservation
         reasons[spec.id] = self._reserve(job, req, why)
         if self.state.use_version == version:  # what the next job of this shape will be told
             self.verdicts[verdict_key] = (version, self.blocked[shape])
         return False
 
-    def _request(self, job: PendingJob) -> Request:
+    def _blocked(self, job: PendingJob, shape: Hashable) -> Reason | None:
+        """What the first job of this (shape, queue, class, time limit) blocked by capacity in this
+        cycle was told (None: none was yet)."""
+        found = self.blocked.get(shape)
+        if found is None and self.walk_of:
+            walk = self.walk_of.get(job.spec.queue)
+            if walk is not None:
+                found = walk.first_blocked(job, shape)
+        return found
+
+    # ---- what a walk may pass over (repeats.Walk) ----------------------------------------------
+    def epoch(self) -> Epoch:
+        """What every answer below depends on, besides static capacity: it changes when any
+        queue's counted GPUs change, a reservation is made, or preemption is deferred."""
+        return (self.state.use_version, len(self.reservations), self.preemption.deferred)
+
+    def family_verdict(self, job: PendingJob) -> Verdict | None:
+        """What `consider` would tell an ordinary job of `job`'s family that repeats no verdict and
+        whose (shape, time limit) is not blocked yet, if it cannot start (None: it may start, or
+        looking at it would change the cycle's memory: a victim search, a reservation, the next
+        wake; or its sentence depends on its own time limit). Changes nothing. Admission plugins
+        do not read the time limit (`plugins.Admit`)."""
+        state, profile, spec = self.state, self.profile, job.spec
+        queue = state.queues[spec.queue]
+        victims = profile.victims
+        for admit in profile.admits:
+            why = admit.admit(job, queue, state)
+            if why is not None:
+                if why.code in _OWN_BUDGET and victims is not None:
+                    if self.preemption.may_search_later(self, self.preemption.no_budget_victims, job):
+                        return None
+                    found = self.preemption.unchanged_protected(self, job, why, SameQueue(victims))
+                    if found is None:
+                        return None
+                    why = found
+                return Verdict(ADMISSION, why)
+        req = self.request(job)
+        if req.gpus_per_replica == 0 or req.per_node:
+            return None  # placed by scanning nodes: no count bounds its backfill
+        if victims is not None and self.preemption.may_search_later(self, self.preemption.no_victims, job):
+            return None
+        if (
+            profile.backfill
+            and spec.queue not in self.reserved_queues
+            and len(self.reservations) < profile.max_reservations
+        ):
+            return None  # it would take its queue's reservation
+        placed = sure_miss(state, req)  # what `place` answers, known without touching the index
+        if placed is None:
+            return None
+        why = self._capacity(job, req, placed)
+        if why.code is Why.BEHIND_RESERVATION:
+            return None  # the sentence names when each job would end: its own time limit
+        if victims is not None:
+            found = self.preemption.unchanged_protected(self, job, why, victims)
+            if found is None:
+                return None
+            why = found
+            if self.preemption.deferred:
+                why = Reason(why.code, why.message + _DEFERRED, why.at)
+        return Verdict(CAPACITY, why)
+
+    def backfill_end(self) -> float | None:
+        """The latest reservation start S such that lifting every reservation that starts at S or
+        later changes what some node offers (None: none does). A job that ends after S and whose
+        placement misses is tried for backfill (`_backfill`) in vain and without a trace: what it
+        lifts changes nothing, so it misses again. Changes nothing itself."""
+        epoch = self.epoch()
+        if self.ends is not None and self.ends[0] == epoch:
+            return self.ends[1]
+        state, found = self.state, None
+        by_start = sorted(self.reservations, key=lambda r: -r.start)
+        lifted: dict[int, int] = {}
+        i = 0
+        while i < len(by_start) and found is None:
+            start = by_start[i].start
+            while i < len(by_start) and by_start[i].start == start:
+                for node, gpus in by_start[i].capacity:
+                    lifted[node] = lifted.get(node, 0) + gpus
+                i += 1
+            if any(state.available_lifting(n, gpus) != state.index.avail[n] for n, gpus in lifted.items()):
+                found = start
+        self.ends = (epoch, found)
+        return found
+
+    def request(self, job: PendingJob) -> Request:
         req = job.request
         if not isinstance(req, Request) or job.request_generation != self.state.generation:
             req = request_for(self.state, job.spec, self.profile.filters, job.shape)
             job.request, job.request_generation = req, self.state.generation
         return req
 
-    def _start(
+    def placement_of(self, placed: list[NodeMask]) -> Placement:
+        return to_placement(self.state, placed)
+
+    def start_job(
         self, job: PendingJob, placed: list[NodeMask], backfilled: bool, allocated: bool = True
     ) -> None:
         attempt = self.state.start(job, placed, self.now, allocated)
@@ -304,30 +278,6 @@ class _Cycle:
         )
         self.started.setdefault(job.spec.queue, []).append(job.spec.id)
         self.result.reasons.drop(job.spec.id)
-
-    def _nominated(self, job: PendingJob) -> bool:
-        """Start a nominated job once its victims have stopped (all of them: some may have been
-        taken to make room in its queue's quota or limit, away from its GPUs) and its GPUs are
-        free; drop a nomination that cannot come true."""
-        state = self.state
-        nomination = job.nomination
-        assert nomination is not None
-        broken = any(
-            not state.is_schedulable(n) or state.healthy[n] & mask != mask for n, mask in nomination.placement
-        )
-        left = [v for v in nomination.victims if v in state.running]
-        busy = any(state.alloc[n] & mask for n, mask in nomination.placement)
-        if broken or (busy and not left):
-            state.drop_nomination(job)
-            return self.consider(job)
-        if left:
-            self.result.reasons[job.spec.id] = Reason(
-                Why.NOMINATED, f"preempted {', '.join(sorted(left))} for it; starts when they stop"
-            )
-            return False
-        state.drop_nomination(job)
-        self._start(job, nomination.placement, backfilled=False, allocated=False)
-        return True
 
     def _backfill(self, job: PendingJob, req: Request) -> bool:
         """Start a job that ends before every reservation it would touch (EASY backfill)."""
@@ -344,120 +294,14 @@ class _Cycle:
             return False
         for r in lifted:
             reserve.hold(state, r)
-        self._start(job, placed, backfilled=True)
+        self.start_job(job, placed, backfilled=True)
         return True
 
-    def _may_search(self, none_up_to: dict[QueueName, int], job: PendingJob) -> bool:
-        """Whether to search victims for the job: not when its queue was found to have none for
-        its class or a higher one (candidates only shrink during a cycle), nor past the per-cycle
-        caps (counted here; the reason then says preemption was deferred)."""
-        known = none_up_to.get(job.spec.queue)
-        if known is not None and job.spec.priority <= known:
-            return False
-        if self.preempt_tries >= self.profile.max_preemption_tries or (
-            len(self.result.nominations) >= self.profile.max_nominations
-        ):
-            self.deferred = True
-            return False
-        self.preempt_tries += 1
-        return True
-
-    def _preempt(self, job: PendingJob, req: Request) -> bool | None:
-        """Nominate the job to GPUs freed by preempting whole gangs, if the policy allows.
-
-        None: no preemption; False: nominated, waiting for the victims; True: started.
-        """
-        victims_plugin = self.profile.victims
-        assert victims_plugin is not None
-        state = self.state
-        if not self._may_search(self.no_victims, job):
-            return None
-        selection = select_victims(state, victims_plugin, job, req, self.now)
-        if selection is NO_CANDIDATES:
-            _none_up_to(self.no_victims, job)
-            return None
-        refused = isinstance(selection, Selection) and not victims_plugin.permit(
-            job, selection.victims, state, self.now
-        )
-        if (
-            refused
-        ):  # the set mixes queues in a way reclaim forbids: its own queue's lower classes may still do
-            selection = select_victims(state, SameQueue(victims_plugin), job, req, self.now)
-        if not isinstance(selection, Selection) or not selection.victims:
-            return None
-        if not victims_plugin.permit(job, selection.victims, state, self.now):
-            return None
-        return self._nominate(job, selection.placement, selection.victims, "to free its GPUs")
-
-    def _preempt_for_budget(self, job: PendingJob, queue: QueueState) -> bool | None:
-        """A job its own queue's quota or limit keeps out: preempt lower-class jobs of that queue
-        (only) until it is admitted, and free a placement for it (Kueue's withinClusterQueue).
-
-        None: no such preemption; False: nominated, waiting for the victims; True: started.
-        """
-        victims_plugin = self.profile.victims
-        assert victims_plugin is not None
-        state, spec, now = self.state, job.spec, self.now
-        if not self._may_search(self.no_budget_victims, job):
-            return None
-        narrowed = SameQueue(victims_plugin)
-        ranked = ranked_candidates(state, narrowed, job, now)
-        if not ranked:
-            _none_up_to(self.no_budget_victims, job)
-            return None
-        selection = select_victims(state, narrowed, job, self._request(job), now)
-        if not isinstance(selection, Selection):
-            return None  # even its queue's lower classes do not free a placement for it
-        victims = list(selection.victims)
-        taken = {id(v) for v in victims}
-        freed = sum(v.spec.gpus for v in victims)
-        for candidate in ranked:
-            if self._admitted(job, queue, freed):
-                break
-            if id(candidate) not in taken:
-                taken.add(id(candidate))
-                victims.append(candidate)
-                freed += candidate.spec.gpus
-        else:
-            if not self._admitted(job, queue, freed):
-                return None
-        if not victims or not victims_plugin.permit(job, victims, state, now):
-            return None
-        return self._nominate(job, selection.placement, victims, f"to make room in queue {spec.queue}")
-
-    def _admitted(self, job: PendingJob, queue: QueueState, freed: int) -> bool:
-        """Whether every admission plugin admits the job once `freed` GPUs of its queue have left."""
-        queue.leaving_gpus += freed
-        try:
-            return all(admit.admit(job, queue, self.state) is None for admit in self.profile.admits)
-        finally:
-            queue.leaving_gpus -= freed
-
-    def _nominate(
-        self, job: PendingJob, placed: list[NodeMask], victims: list[RunningAttempt], why: str
-    ) -> bool:
-        """Preempt the victims and nominate the job to `placed` (it starts at once when nothing it
-        waits for is running)."""
-        state = self.state
-        placement = to_placement(state, placed)
-        ids = tuple(v.spec.id for v in victims)
-        for v in victims:
-            deadline = self.now + v.spec.checkpoint_grace
-            state.mark_preempting(v.spec.id, deadline, job.spec.id)
-            reason = (
-                f"preempted by {job.spec.id}"
-                if v.spec.queue == job.spec.queue
-                else f"reclaimed by queue {job.spec.queue} for {job.spec.id}"
-            )
-            self.result.preemptions.append(Preempt(v.spec.id, v.attempt, job.spec.id, deadline, reason))
-        state.nominate(job, placed, frozenset(ids), self.now)
-        self.result.nominations.append(Nominate(job.spec.id, placement, ids))
-        self.result.reasons[job.spec.id] = Reason(
-            Why.NOMINATED, f"preempting {', '.join(ids)} {why}; starts when they stop"
-        )
-        if not any(state.alloc[n] & m for n, m in placed):
-            return self._nominated(job)
-        return False
+    def _capacity(self, job: PendingJob, req: Request, placed: Miss) -> Reason:
+        """Why the job does not fit now (`reasons.capacity`)."""
+        limit = job.spec.time_limit
+        ends_by = None if limit is None else self.now + limit
+        return why_text.capacity(self.state, req, placed, self._reserved_for(req), ends_by, self.now)
 
     def _reserved_for(self, req: Request) -> list[tuple[str, float, tuple[int, ...]]]:
         """(job, start, nodes) of this cycle's reservations on nodes the gang may use, earliest first."""
@@ -469,21 +313,6 @@ class _Cycle:
             for r in self.reservations
         ]
         return sorted(h for h in held if h[2])
-
-    def _protected(self, job: PendingJob, why: Reason, plugin: Victims) -> Reason:
-        """A job that found no victims: when the first attempt it might take leaves its
-        `min_runtime` (the cycle is due again then; the reason says so)."""
-        state, now = self.state, self.now
-        if self.protection is None:
-            self.protection = state.occupancy.protection_ends(now)
-        until = min(
-            (t for (q, p), t in self.protection.items() if plugin.group_eligible(job, q, p, state, now)),
-            default=None,
-        )
-        if until is None:
-            return why
-        self.result.wake_at(until)
-        return why_text.with_protection(why, until, now)
 
     def _reserve(self, job: PendingJob, req: Request, why: Reason) -> Reason:
         """Reserve capacity for the first capacity-blocked job of its queue; the reason it waits."""
@@ -518,9 +347,3 @@ class _Cycle:
                 self.state.unqueue(queue, job)
                 del keys[bisect_left(keys, job.key)]
                 job.key = ()
-
-
-def _none_up_to(none_up_to: dict[QueueName, int], job: PendingJob) -> None:
-    """Remember that the job's queue has no victims for its class (nor, so, for any lower)."""
-    known = none_up_to.get(job.spec.queue)
-    none_up_to[job.spec.queue] = job.spec.priority if known is None else max(known, job.spec.priority)

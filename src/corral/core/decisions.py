@@ -7,10 +7,11 @@ them and the agents act. Placements here use node names and GPU indices (DESIGN.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
+from typing import cast
 
 from corral.core.model import INFINITY, JobId, NodeName, Placement
 
@@ -92,34 +93,44 @@ class Reject:
 class Reasons(MutableMapping[JobId, Reason]):
     """The reason of every job a cycle looked at and did not start, by job id.
 
-    A cycle adds whole runs of jobs that wait for one shared reason (`add_run`) without a loop
-    over them; the runs are unfolded into a dict the first time anyone reads the mapping, so an
-    adapter that never reads it (the simulator) never pays for it. A job in a run never gets
-    another reason in the same cycle.
+    A cycle adds whole runs of jobs that wait for one shared reason (`add_run`), or for a reason
+    that a function gives each (`add_lazy_run`), without a loop over them; the runs are unfolded
+    into a dict the first time anyone reads the mapping, so an adapter that never reads it (the
+    simulator) never pays for it. A job in a run never gets another reason in the same cycle.
     """
 
-    __slots__ = ("_one", "_runs")
+    __slots__ = ("_lazy", "_one", "_runs")
 
     def __init__(self, reasons: Mapping[JobId, Reason] | None = None) -> None:
         self._one: dict[JobId, Reason] = dict(reasons or {})
         self._runs: list[tuple[list[tuple[object, ...]], Reason]] = []
+        self._lazy: list[tuple[list[tuple[object, ...]], Callable[[JobId], Reason]]] = []
 
     def add_run(self, keys: list[tuple[object, ...]], reason: Reason) -> None:
         """Every job of `keys` (tuples whose last item is the job id) waits for `reason`."""
         self._runs.append((keys, reason))
+
+    def add_lazy_run(self, keys: list[tuple[object, ...]], reason_of: Callable[[JobId], Reason]) -> None:
+        """Every job of `keys` waits for `reason_of(its id)`, called when the reasons are read."""
+        self._lazy.append((keys, reason_of))
 
     def drop(self, job: JobId) -> None:
         """Forget a job's own reason (it started); never one given by a run."""
         self._one.pop(job, None)
 
     def _unfold(self) -> dict[JobId, Reason]:
-        if self._runs:
+        if self._runs or self._lazy:
             merged: dict[JobId, Reason] = {}
             for keys, reason in self._runs:
                 merged.update(zip(map(_job_of, keys), repeat(reason)))
+            for keys, reason_of in self._lazy:
+                for key in keys:
+                    job = cast(JobId, key[-1])
+                    merged[job] = reason_of(job)
             merged.update(self._one)
             self._one = merged
             self._runs.clear()
+            self._lazy.clear()
         return self._one
 
     def __getitem__(self, job: JobId) -> Reason:

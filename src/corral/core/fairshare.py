@@ -93,11 +93,11 @@ def borrow_room(state: ClusterState, queue: QueueState) -> tuple[int, int]:
     guaranteed form a pool that any cohort may borrow from. Computed for every queue at once,
     and cached until any queue's counted GPUs change.
     """
-    cached = state.cache.get("borrow")
-    if not (isinstance(cached, tuple) and cached[0] == state.use_version):
-        cached = state.cache["borrow"] = (state.use_version, _borrow_rooms(state))
-    rooms: dict[str, tuple[int, int]] = cached[1]
-    return rooms[queue.spec.name]
+    caches = state.caches
+    cached = caches.borrow_rooms
+    if cached is None or cached[0] != state.use_version:
+        cached = caches.borrow_rooms = (state.use_version, _borrow_rooms(state))
+    return cached[1][queue.spec.name]
 
 
 def _borrow_rooms(state: ClusterState) -> dict[str, tuple[int, int]]:
@@ -121,10 +121,10 @@ def _borrow_rooms(state: ClusterState) -> dict[str, tuple[int, int]]:
 
 
 def _any_quota(state: ClusterState) -> bool:
-    cached = state.cache.get("any_quota")
-    if not isinstance(cached, bool):
-        cached = state.cache["any_quota"] = any(q.spec.quota for q in state.queues.values())
-    return cached
+    caches = state.caches
+    if caches.any_quota is None:
+        caches.any_quota = any(q.spec.quota for q in state.queues.values())
+    return caches.any_quota
 
 
 def can_reclaim(

@@ -23,18 +23,19 @@ class Nomination:
 class PendingJob:
     """A job waiting to start; `attempts` counts earlier attempts (the next is attempts + 1).
 
-    While it waits, a job that is held, nominated or in a restart backoff is also in its queue's
-    `flagged` set (setting one of the three puts it there; a cycle takes it out once none
-    applies), so that a cycle can pass over runs of ordinary jobs without visiting each.
+    While it waits, a job that is held, nominated, in a restart backoff or kept off some nodes is
+    also in its queue's `flagged` set (setting one of these puts it there; a cycle takes it out
+    once none applies), so that a cycle can pass over runs of ordinary jobs without visiting each.
     """
 
     __slots__ = (
+        "_avoid_nodes",
         "_held",
         "_nomination",
         "_not_before",
         "attained",
         "attempts",
-        "avoid_nodes",
+        "family",
         "flags",
         "key",
         "request",
@@ -60,12 +61,13 @@ class PendingJob:
         self._held = False
         self._nomination: Nomination | None = None
         self.flags: set[PendingJob] | None = None  # its queue's flagged jobs, while it waits
-        self.avoid_nodes: frozenset[int] = frozenset()
+        self._avoid_nodes: frozenset[int] = frozenset()
         self.key: tuple[object, ...] = ()  # its position in the queue's order
         self.shape: tuple[object, ...] | None = None  # placement-relevant fields, computed once
         self.request: object = None  # its placement request, valid while `request_generation` is current
         self.request_generation = -1
         self.verdict_key = -1  # its (shape, queue, class, time limit, preemptible), interned by the state
+        self.family = -1  # the same without the time limit, interned by the state
 
     def __repr__(self) -> str:
         return f"PendingJob({self.spec.id!r}, attempts={self.attempts})"
@@ -97,9 +99,19 @@ class PendingJob:
         self._nomination = value
         self._flag()
 
+    @property
+    def avoid_nodes(self) -> frozenset[int]:
+        """Node ids its placement must not use."""
+        return self._avoid_nodes
+
+    @avoid_nodes.setter
+    def avoid_nodes(self, value: frozenset[int]) -> None:
+        self._avoid_nodes = value
+        self._flag()
+
     def is_flagged(self, now: float) -> bool:
-        """Held, nominated, or in a restart backoff at `now`."""
-        return self._held or self._nomination is not None or self._not_before > now
+        """Held, nominated, in a restart backoff at `now`, or kept off some nodes."""
+        return self._held or self._nomination is not None or self._not_before > now or bool(self._avoid_nodes)
 
     def join(self, flags: set[PendingJob]) -> None:
         """It waits in the queue whose flagged jobs are `flags`."""
@@ -113,7 +125,9 @@ class PendingJob:
         self.flags = None
 
     def _flag(self) -> None:
-        if self.flags is not None and (self._held or self._nomination is not None or self._not_before):
+        if self.flags is not None and (
+            self._held or self._nomination is not None or self._not_before or self._avoid_nodes
+        ):
             self.flags.add(self)
 
 
@@ -183,6 +197,8 @@ class QueueState:
     pending: dict[JobId, PendingJob] = field(default_factory=dict)
     # the order keys of the pending jobs per `PendingJob.verdict_key`, each list sorted
     by_verdict: dict[int, list[tuple[object, ...]]] = field(default_factory=dict)
+    # the same per `PendingJob.family` (jobs that differ at most by their time limits)
+    by_family: dict[int, list[tuple[object, ...]]] = field(default_factory=dict)
     flagged: set[PendingJob] = field(default_factory=set)  # see `PendingJob`
 
     @property

@@ -91,6 +91,29 @@ def place(
     return placed if placed is not None else Miss(n_spans - 1, root_cap, root_free)
 
 
+def sure_miss(state: ClusterState, req: Request) -> Miss | None:
+    """The Miss that `place` returns now, when it can tell without trying a domain (so without
+    touching the index); None when it would place the gang, or would have to try to know."""
+    if req.gpus_per_replica == 0 or req.per_node or _nvlink_fit(state, req) >= 0:
+        return None
+    root_cap, root_free = state.index.capacity(0, req.classes, req.gpus_per_replica)
+    n_spans = len(state.topology.span_names)
+    if root_cap < req.replicas:
+        return Miss(n_spans - 1, root_cap, root_free)
+    if req.max_span == 0:
+        return Miss(0, 0, 0)
+    if req.max_span >= n_spans - 1 or state.index.best_fit(0, req.classes, req.gpus) >= 0:
+        return None
+    topo, g = state.topology, req.gpus_per_replica
+    for span in range(2, req.max_span + 1):
+        if any(
+            state.index.capacity(d, req.classes, g)[0] >= req.replicas
+            for d in topo.by_depth[topo.depth_of_span(span)]
+        ):
+            return None  # `place` would try to fill that domain
+    return Miss(req.max_span, *_best_in_span(state, req, req.max_span))
+
+
 def _nvlink_fit(state: ClusterState, req: Request) -> int:
     """The node whose best NVLink group fits the whole gang most tightly; -1 when none."""
     total = req.gpus

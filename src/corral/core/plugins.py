@@ -31,9 +31,10 @@ class QueueOrder(Protocol):
 class Admit(Protocol):
     """Quotas and limits: None admits the job, a Reason keeps it waiting.
 
-    The answer may depend only on the job's spec (its shape, queue, class, time limit and
-    preemptibility) and on the queues' counted GPUs: a cycle reuses it for the next job of the
-    same shape while no queue's count has changed (`ClusterState.use_version`).
+    The answer may depend only on the job's spec (its shape, queue, class and preemptibility,
+    not its time limit) and on the queues' counted GPUs: a cycle reuses it for the other jobs of
+    the same family (jobs that differ at most by their time limits) while no queue's count has
+    changed (`ClusterState.use_version`; `core/repeats.py`).
     """
 
     def admit(self, job: PendingJob, queue: QueueState, state: ClusterState) -> Reason | None: ...
@@ -52,11 +53,15 @@ class Victims(Protocol):
     group; only the attempts of groups it allows are examined, and only preemptible attempts
     that are not already stopping are ever examined. `bounds_by_group` says whether it is
     informative enough to bound each node's freeable GPUs by group; when it is not, victim
-    selection examines the attempts one by one. `order_key` must be a total order (end with
+    selection examines the attempts one by one. `groups_by_family` says whether `group_eligible`
+    reads of the preemptor only what its family shares (queue, class, shape, preemptibility: not
+    its time limit or its attained service), so that a cycle may answer a family's jobs alike
+    (`core/repeats.py`). `order_key` must be a total order (end with
     the job id), so that the victims chosen never depend on the order attempts are examined in.
     """
 
     bounds_by_group: bool
+    groups_by_family: bool
 
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float

@@ -326,6 +326,7 @@ class SameQueue:
     def __init__(self, inner: Victims) -> None:
         self.inner = inner
         self.bounds_by_group = inner.bounds_by_group
+        self.groups_by_family = inner.groups_by_family
 
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float

@@ -1,120 +1,372 @@
-"""Walking pending jobs in order while passing over those that repeat an answer already given.
+"""Walking pending jobs in order while passing over those whose answer is already known.
 
-While no queue's counted GPUs change, admission and the blocked-shape cache answer every job of
-one shape (`PendingJob.verdict_key`) alike (`cycle._Cycle.consider`), so a cycle needs to look
-only at the first job of each shape after every change, and at flagged jobs (held, nominated,
-backing off). Each queue keeps its pending jobs' order keys per shape (`QueueState.by_verdict`).
-A `Walk` hands out, in order, only the jobs that need a look: the shapes without a current
-verdict wait in a heap by their next job; a shape with one is passive, and its jobs get its
-reason as one run (`Reasons.add_run`) when the walk passes a change or ends, without a Python
-loop over them. A walk costs O(log shapes) per job looked at, plus O(shapes) per change.
+A *family* is the pending jobs of one queue that differ at most by their time limits (same
+shape, class and preemptibility: `PendingJob.family`). Between two changes that can alter an
+answer (an *epoch*: a queue's counted GPUs, the cycle's reservations, or preemption being
+deferred), every ordinary job of a family is told the same thing, except the jobs that a
+backfill window could hold (`Judge.family_verdict` says what, without side effects):
+- a family that admission keeps out (and whose queue has no victims to search) gets the reason
+  as one run;
+- a family that capacity keeps out (placement misses, as counts alone tell, no victim search
+  would run, no reservation would be taken) passes over every job whose backfill attempt would
+  change nothing: one whose time limit ends after the latest reservation start whose lifting,
+  with every later one, changes what some node offers (`Judge.backfill_end`; such an attempt
+  lifts nothing that matters, misses again and leaves no trace, not even in the index's order);
+  the others stop the walk and are looked at, unless their (shape, time limit) was already
+  blocked this cycle (then `consider` tries no backfill for them either).
+A family is looked at job by job instead while its capacity sentence names when each job would
+end (held behind another job's reservation: `Why.BEHIND_RESERVATION`), while when its victims'
+`min_runtime` protection ends depends on the job itself (`Victims.groups_by_family`), or while
+that time is earlier than the cycle's `next_wake` so far (looking would move it).
+A job blocked by capacity is told what the first job of its (shape, queue, class, time limit)
+blocked in this cycle was told (`_Cycle.blocked`), which a run records lazily: `first_blocked`
+finds it from the runs. Flagged jobs (held, nominated, backing off, kept off nodes) always stop
+the walk. A walk looks at O(families) jobs per epoch plus the jobs that could start, and costs
+O(log) per job looked at; what looking at each job in order would decide, it decides
+(tests/core/test_repeats.py).
 """
 
 from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Protocol
 
 from corral.core.decisions import Reason, Reasons
-from corral.core.jobs import QueueState
+from corral.core.jobs import PendingJob, QueueState
+from corral.core.model import JobId
+from corral.core.state import ClusterState
 
 Key = tuple[object, ...]
 Verdicts = dict[int, tuple[int, Reason]]  # verdict key -> (queues' use version, reason)
-MANY_SHAPES = 512  # above this many shapes in one walk, looking at each job costs less
+Epoch = tuple[int, int, bool]  # (queues' use version, reservations made, preemption deferred)
+MANY_SHAPES = 512  # above this many families in one walk, looking at each job costs less
 FEW_JOBS = 8  # up to this many jobs in one walk, looking at each job costs less
+ADMISSION, CAPACITY, REPEAT = 0, 1, 2
+
+
+@dataclass(slots=True)
+class Verdict:
+    """What every ordinary job of a family is told during one epoch (see the module)."""
+
+    kind: int  # ADMISSION, CAPACITY, or REPEAT (one verdict key only: its current verdict)
+    reason: Reason
+
+
+class Judge(Protocol):
+    """What a walk needs from its cycle."""
+
+    now: float
+    state: ClusterState
+    reasons: Reasons
+    verdicts: Verdicts
+    blocked: dict[Hashable, Reason]
+
+    def epoch(self) -> Epoch: ...
+
+    def family_verdict(self, job: PendingJob) -> Verdict | None:
+        """What an ordinary job of `job`'s family that repeats no verdict would be told now, if
+        that is the same for all of them (None: they must be looked at)."""
+        ...
+
+    def backfill_end(self) -> float | None:
+        """The latest time by which a job must end for its backfill attempt to change anything."""
+        ...
+
+
+class Family:
+    __slots__ = (
+        "base",
+        "flags",
+        "index",
+        "keys",
+        "pos",
+        "preemptible",
+        "queue",
+        "runs",
+        "scan_end",
+        "scan_pos",
+        "token",
+        "verdict",
+    )
+
+    def __init__(self, index: int, keys: list[Key], queue: QueueState) -> None:
+        self.index = index
+        self.keys = keys  # the family's order keys (its queue's list: unchanged during a cycle)
+        self.queue = queue
+        self.pos = 0  # its first job not yet passed or handed out
+        self.token = 0  # its entry in the heap, if any, carries the current token
+        self.verdict: Verdict | None = None  # passive while it has one (for the current epoch)
+        self.flags: list[Key] = []  # its flagged jobs' keys, sorted
+        # the runs it passed as blocked by capacity: (first key, last key, reason), in order
+        self.runs: list[tuple[Key, Key, Reason]] = []
+        self.scan_pos = 0  # the jobs from `pos` to here cannot backfill by `scan_end`
+        self.scan_end = -1.0
+        self.base: tuple[object, ...] | None = None  # (shape, queue, class) of its jobs
+        self.preemptible = True  # ... and their preemptibility (both set by `Walk._twins`)
 
 
 class Walk:
     """The pending jobs of some queues, in their merged order (one queue: its own order)."""
 
-    def __init__(self, queues: list[QueueState], now: float, verdicts: Verdicts, reasons: Reasons) -> None:
-        self.verdicts = verdicts
-        self.reasons = reasons
-        if len(queues) == 1:
-            by_verdict = queues[0].by_verdict
-            self.shapes: list[int] = list(by_verdict)  # per group: its verdict key
-            self.keys: list[list[Key]] = list(by_verdict.values())  # per group: its jobs' order keys
-        else:
-            self.shapes = [v for q in queues for v in q.by_verdict]
-            self.keys = [k for q in queues for k in q.by_verdict.values()]
-        self.flagged: list[tuple[Key, int]] = []
-        if any(q.flagged for q in queues):
-            group_of = {v: g for g, v in enumerate(self.shapes)}
-            for queue in queues:
+    def __init__(self, queues: list[QueueState], judge: Judge, jobs: dict[JobId, PendingJob]) -> None:
+        self.judge = judge
+        self.jobs = jobs
+        self.now = now = judge.now
+        self.families: list[Family] = []
+        by_id: dict[int, Family] = {}
+        for queue in queues:
+            for family, keys in queue.by_family.items():
+                by_id[family] = fam = Family(len(self.families), keys, queue)
+                self.families.append(fam)
+        for queue in queues:
+            if queue.flagged:
                 for job in [j for j in queue.flagged if not j.is_flagged(now)]:
-                    queue.flagged.discard(job)  # no longer held, nominated or backing off
-                self.flagged.extend((j.key, group_of[j.verdict_key]) for j in queue.flagged)
-            self.flagged.sort()
-        self.next_flag = 0
-        self.pos = [0] * len(self.keys)  # per group: its first job not yet looked at or given a run
-        self.heap = [(keys[0], g) for g, keys in enumerate(self.keys)]  # groups without a verdict
+                    queue.flagged.discard(job)  # no longer held, nominated, backing off or kept off nodes
+                for job in queue.flagged:
+                    by_id[job.family].flags.append(job.key)
+        for fam in self.families:
+            fam.flags.sort()
+        self.heap = [(fam.keys[0], fam.index, 0) for fam in self.families]
         heapq.heapify(self.heap)
-        self.passive: dict[int, Reason] = {}  # groups with a current verdict
-        self.version: int | None = None
+        self.passive: list[Family] = []
+        self.epoch: Epoch | None = None
         self.at: Key | None = None  # the last job handed out
-        self.passed = 0  # jobs given a run
+        self.last: tuple[Family, PendingJob] | None = None  # ... its family and itself
+        self.passed = 0  # jobs passed over (given a reason without a look)
+        self.bases: dict[tuple[object, ...], list[Family]] | None = None
+        self.done = False  # finished: every job was passed or looked at
+        self.capacity_seen = False  # some family was passive as blocked by capacity
 
-    def next(self, version: int) -> Key | None:
-        """The next job that needs a look (None: none left) at the queues' use `version`."""
-        if version != self.version:
+    # ---- the walk ------------------------------------------------------------------------
+    def next(self) -> Key | None:
+        """The next job that needs a look (None: none left)."""
+        epoch = self.judge.epoch()
+        last, self.last = self.last, None
+        if epoch != self.epoch:
             self._cut()
-            self.version = version
-        heap, verdicts = self.heap, self.verdicts
+            self.epoch = epoch
+            if last is not None:
+                self._push(last[0])
+        elif last is not None:
+            self._settle(*last)
+        heap, jobs, verdicts, version = self.heap, self.jobs, self.judge.verdicts, epoch[0]
         while heap:
-            verdict = verdicts.get(self.shapes[heap[0][1]])
-            if verdict is None or verdict[0] != version:
-                break
-            self.passive[heapq.heappop(heap)[1]] = verdict[1]
-        flags, i = self.flagged, self.next_flag
-        while i < len(flags) and self.at is not None and flags[i][0] <= self.at:
-            i += 1
-        self.next_flag = i
-        if i < len(flags) and (not heap or flags[i][0] < heap[0][0]):
-            stop, group = flags[i]
-        elif heap:
-            stop, group = heap[0]
-        else:
-            return None
-        keys, lo = self.keys[group], self.pos[group]
-        reason = self.passive.get(group)
-        if reason is None:  # its group's next job: leaves the heap, the group comes back with its next
-            heapq.heappop(heap)
-            self.pos[group] = lo + 1
-            if lo + 1 < len(keys):
-                heapq.heappush(heap, (keys[lo + 1], group))
-        else:  # a flagged job inside a passive group: the jobs before it repeat the verdict
-            hi = bisect_left(keys, stop, lo)
-            self._run(keys, lo, hi, reason)
-            self.pos[group] = hi + 1
-        self.at = stop
-        return stop
+            key, i, token = heapq.heappop(heap)
+            fam = self.families[i]
+            if token != fam.token:
+                continue
+            if fam.verdict is not None:  # a job inside a passive family that needs a look
+                hi = bisect_left(fam.keys, key, fam.pos)
+                self._run(fam, fam.pos, hi)
+                fam.pos = hi + 1
+            else:
+                job = jobs[key[-1]]  # type: ignore[index]
+                verdict = verdicts.get(job.verdict_key)
+                fam.pos += 1
+                if verdict is not None and verdict[0] == version and not job.is_flagged(self.now):
+                    self.judge.reasons[job.spec.id] = verdict[1]  # as `consider` would: it repeats
+                    self.passed += 1
+                    self._push(fam)
+                    continue
+            self.at = key
+            self.last = (fam, jobs[key[-1]])  # type: ignore[index]
+            return key
+        return None
 
     def finish(self) -> None:
-        """Give the passive groups' remaining jobs their verdicts (the walk is over)."""
-        add, pos, all_keys = self.reasons.add_run, self.pos, self.keys
-        for group, reason in self.passive.items():
-            keys, lo = all_keys[group], pos[group]
-            if lo < len(keys):
-                add(keys[lo:] if lo else keys.copy(), reason)
-                self.passed += len(keys) - lo
-        self.passive.clear()
+        """Give the passive families' remaining jobs their verdicts, and every job passed as blocked
+        by capacity its reason (the walk is over)."""
+        self._cut(everything=True)
+        reasons = self.judge.reasons
+        by_base: dict[tuple[object, ...], set[Reason]] = {}
+        if any(fam.runs for fam in self.families):
+            for shape, reason in self.judge.blocked.items():
+                if isinstance(shape, tuple):
+                    by_base.setdefault(shape[:3], set()).add(reason)
+        for fam in self.families:
+            if not fam.runs:
+                continue
+            uniform = self._uniform(fam, by_base)
+            for lo_key, hi_key, reason in fam.runs:
+                keys = fam.keys[bisect_left(fam.keys, lo_key) : bisect_right(fam.keys, hi_key)]
+                if uniform is not None:
+                    reasons.add_run(keys, uniform)
+                else:  # resolved when read (the simulator never reads them)
+                    reasons.add_lazy_run(keys, _FirstBlocked(self, reason))
+        self.done = True
 
-    def _cut(self) -> None:
-        """A queue's count changed: passive groups' jobs up to here keep the verdict, the rest wait."""
+    def _cut(self, everything: bool = False) -> None:
+        """The epoch changed (or the walk ended): passive families' jobs up to the last job handed
+        out keep their verdicts; the rest wait for a look."""
         at = self.at
-        for group, reason in self.passive.items():
-            keys, lo = self.keys[group], self.pos[group]
-            hi = lo if at is None else bisect_right(keys, at, lo)
-            self._run(keys, lo, hi, reason)
-            self.pos[group] = hi
-            if hi < len(keys):
-                heapq.heappush(self.heap, (keys[hi], group))
-        self.passive.clear()
+        for fam in self.passive:
+            if everything:
+                hi = len(fam.keys)
+            else:
+                hi = fam.pos if at is None else bisect_right(fam.keys, at, fam.pos)
+            self._run(fam, fam.pos, hi)
+            fam.pos = hi
+            fam.verdict = None
+            if not everything:
+                self._push(fam)
+        self.passive = []
 
-    def _run(self, keys: list[Key], lo: int, hi: int, reason: Reason) -> None:
-        if hi > lo:
-            self.reasons.add_run(keys[lo:hi], reason)
-            self.passed += hi - lo
+    def _settle(self, fam: Family, job: PendingJob) -> None:
+        """A look changed nothing: the family may now have a verdict for the rest of the epoch."""
+        if fam.verdict is None:
+            verdict = None
+            if len(fam.queue.by_verdict.get(job.verdict_key, ())) == len(fam.keys):
+                found = self.judge.verdicts.get(job.verdict_key)
+                if found is not None and self.epoch is not None and found[0] == self.epoch[0]:
+                    verdict = Verdict(REPEAT, found[1])  # its only verdict key repeats an answer
+            if verdict is None:
+                verdict = self.judge.family_verdict(job)
+            if verdict is not None:
+                fam.verdict = verdict
+                self.passive.append(fam)
+                self.capacity_seen = self.capacity_seen or verdict.kind == CAPACITY
+        self._push(fam)
+
+    def _push(self, fam: Family) -> None:
+        """Put the family's next job that needs a look on the heap (if any)."""
+        fam.token += 1
+        if fam.verdict is None:
+            key = fam.keys[fam.pos] if fam.pos < len(fam.keys) else None
+        else:
+            key = self._next_stop(fam)
+        if key is not None:
+            heapq.heappush(self.heap, (key, fam.index, fam.token))
+
+    def _run(self, fam: Family, lo: int, hi: int) -> None:
+        if hi <= lo:
+            return
+        verdict = fam.verdict
+        assert verdict is not None
+        if verdict.kind == CAPACITY:
+            fam.runs.append((fam.keys[lo], fam.keys[hi - 1], verdict.reason))
+        else:
+            self.judge.reasons.add_run(fam.keys[lo:hi], verdict.reason)
+        self.passed += hi - lo
+
+    # ---- stops inside a passive family ---------------------------------------------------
+    def _next_stop(self, fam: Family) -> Key | None:
+        """Its next flagged job, or job that a backfill window could hold (None: none)."""
+        keys, verdict = fam.keys, fam.verdict
+        assert verdict is not None
+        if fam.pos >= len(keys):
+            return None
+        best: Key | None = None
+        if fam.flags:
+            i = bisect_left(fam.flags, keys[fam.pos])
+            if i < len(fam.flags):
+                best = fam.flags[i]
+        if verdict.kind == CAPACITY:
+            end = self.judge.backfill_end()
+            if end is not None:
+                i = self._scan(fam, end)
+                if i < len(keys) and (best is None or keys[i] < best):
+                    best = keys[i]
+        return best
+
+    def _scan(self, fam: Family, end: float) -> int:
+        """The first job from `fam.pos` on that may backfill by `end`: a time limit that ends by
+        then, and a (shape, time limit) not yet blocked in this cycle."""
+        keys, jobs, now = fam.keys, self.jobs, self.now
+        i = fam.scan_pos if end <= fam.scan_end and fam.scan_pos >= fam.pos else fam.pos
+        while i < len(keys):
+            job = jobs[keys[i][-1]]  # type: ignore[index]
+            limit = job.spec.time_limit
+            if limit is not None and now + limit <= end and self.first_blocked(job, blocked_key(job)) is None:
+                break
+            i += 1
+        fam.scan_pos, fam.scan_end = i, end
+        return i
+
+    # ---- what a (shape, time limit) was first told ------------------------------------------
+    def first_blocked(self, job: PendingJob, shape: Hashable) -> Reason | None:
+        """What the first job of `job`'s (shape, queue, class, time limit) blocked by capacity in
+        this cycle was told, so far (None: none was); found in the runs, then remembered."""
+        blocked = self.judge.blocked
+        found = blocked.get(shape)
+        if found is not None or not self.capacity_seen:
+            return found  # (no family was passive as blocked by capacity: no run to look in)
+        best: tuple[Key, Reason] | None = None
+        preemptible = job.spec.preemptible
+        for fam in self._twins(job):
+            twin = fam.preemptible
+            vk = job.verdict_key if twin == preemptible else self._twin_key(job, twin)
+            keys = fam.queue.by_verdict.get(vk) if vk is not None else None
+            hit = self._first_run(fam, keys) if keys else None
+            if hit is not None and (best is None or hit[0] < best[0]):
+                best = hit
+        if best is None:
+            return None
+        blocked[shape] = best[1]
+        return best[1]
+
+    def _first_run(self, fam: Family, keys: list[Key]) -> tuple[Key, Reason] | None:
+        """The first of `keys` (a verdict key's jobs, of `fam`, sorted) passed in one of its
+        capacity runs (so far; the open run of a passive family counts)."""
+        for lo, hi, reason in fam.runs:  # in order
+            i = bisect_left(keys, lo)
+            if i < len(keys) and keys[i] <= hi:
+                return keys[i], reason
+        verdict, at = fam.verdict, self.at
+        if self.done or verdict is None or verdict.kind != CAPACITY or at is None or fam.pos >= len(fam.keys):
+            return None
+        i = bisect_left(keys, fam.keys[fam.pos])  # passed, not yet recorded: up to the last look
+        return (keys[i], verdict.reason) if i < len(keys) and keys[i] < at else None
+
+    def _twins(self, job: PendingJob) -> list[Family]:
+        """The families of this walk whose jobs share `job`'s shape, queue and class."""
+        if self.bases is None:
+            self.bases = {}
+            for fam in self.families:
+                first = self.jobs[fam.keys[0][-1]]  # type: ignore[index]
+                fam.base = (first.shape, first.spec.queue, first.spec.priority)
+                fam.preemptible = first.spec.preemptible
+                self.bases.setdefault(fam.base, []).append(fam)
+        return self.bases.get((job.shape, job.spec.queue, job.spec.priority), [])
+
+    def _twin_key(self, job: PendingJob, preemptible: bool) -> int | None:
+        """The verdict key of `job`'s (shape, time limit) with the other preemptibility, if any."""
+        return self.judge.state.interned((blocked_key(job), preemptible))
+
+    def _uniform(self, fam: Family, by_base: dict[tuple[object, ...], set[Reason]]) -> Reason | None:
+        """The one reason every capacity run of the family gives, if the reasons its (shape, time
+        limit)s were first told this cycle are all the same (None: they differ)."""
+        first = self.jobs[fam.keys[0][-1]]  # type: ignore[index]
+        base = (first.shape, first.spec.queue, first.spec.priority)
+        reasons = {reason for _, _, reason in fam.runs}
+        for twin in self._twins(first):
+            reasons.update(reason for _, _, reason in twin.runs)
+        reasons.update(by_base.get(base, ()))
+        return next(iter(reasons)) if len(reasons) == 1 else None
+
+
+class _FirstBlocked:
+    """A capacity run's reason for one job, resolved when read: what its (shape, time limit) was
+    first told (the run's own reason when the job has left meanwhile)."""
+
+    __slots__ = ("reason", "walk")
+
+    def __init__(self, walk: Walk, reason: Reason) -> None:
+        self.walk = walk
+        self.reason = reason
+
+    def __call__(self, job_id: JobId) -> Reason:
+        job = self.walk.jobs.get(job_id)
+        found = None if job is None else self.walk.first_blocked(job, blocked_key(job))
+        return self.reason if found is None else found
+
+
+def blocked_key(job: PendingJob) -> tuple[object, ...]:
+    """The key of `_Cycle.blocked`: (shape, queue, class, time limit)."""
+    spec = job.spec
+    return (job.shape, spec.queue, spec.priority, spec.time_limit)
 
 
 def next_key(keys: list[Key], after: Key | None) -> Key | None:

@@ -37,10 +37,10 @@ def request_for(
     shape: tuple[object, ...] | None = None,
 ) -> Request:
     """The placement request of a job, cached per shape until the cluster's capacity changes."""
-    cache = state.cache
-    key = ("request", shape or shape_of(spec), *map(id, filters))
+    cache = state.caches.requests
+    key = (shape or shape_of(spec), *map(id, filters))
     cached = cache.get(key)
-    if isinstance(cached, Request):
+    if cached is not None:
         return cached
     classes = tuple(
         c.id for c in state.classes if allows(spec, c) and all(f.allows(spec, c) for f in filters)
@@ -71,10 +71,10 @@ def request_for(
 
 def static_capacity(state: ClusterState, req: Request, span: int) -> int:
     """Most replicas of the gang that one domain of `span` holds when every node is empty (cached)."""
-    key = ("static", req, span)
-    cached = state.cache.get(key)
-    if not isinstance(cached, int):
-        cached = state.cache[key] = _static_capacity(state, req, span)
+    cache = state.caches.static_capacity
+    cached = cache.get((req, span))
+    if cached is None:
+        cached = cache[req, span] = _static_capacity(state, req, span)
     return cached
 
 

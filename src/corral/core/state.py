@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from corral.core.errors import InvariantError
 from corral.core.index import FreeIndex
@@ -30,6 +31,9 @@ from corral.core.occupancy import Occupancy
 from corral.core.plan import Plan
 from corral.core.topology import ClusterTopology
 
+if TYPE_CHECKING:
+    from corral.core.placement import Request
+
 
 @dataclass(frozen=True, slots=True)
 class NodeClass:
@@ -39,6 +43,22 @@ class NodeClass:
     spec: NodeSpec  # the first node of the class, for filters
     nvlink_groups: int
     largest_group: int
+
+
+@dataclass(slots=True)
+class Caches:
+    """Answers per job shape that hold until static capacity (nodes, queues) changes: the state
+    replaces them all then (`ClusterState.caches`)."""
+
+    # placement request per (shape, filter ids) (`request.request_for`)
+    requests: dict[tuple[object, ...], Request] = field(default_factory=dict)
+    # why a job can never fit, per (verdict key, filter ids); None: it can (`cycle`)
+    never_fits: dict[tuple[int, tuple[int, ...]], str | None] = field(default_factory=dict)
+    # most replicas one domain of a span holds when empty, per (request, span) (`request`)
+    static_capacity: dict[tuple[Request, int], int] = field(default_factory=dict)
+    any_quota: bool | None = None  # whether any queue has a quota (`fairshare`)
+    # every queue's borrowing room, at the queues' use version it was computed for (`fairshare`)
+    borrow_rooms: tuple[int, dict[str, tuple[int, int]]] | None = None
 
 
 class ClusterState:
@@ -84,10 +104,11 @@ class ClusterState:
         self.unchecked: list[PendingJob] = []  # submitted since the last cycle: feasibility not checked
         self.usage_time: float | None = None
         self.generation = 0  # bumped whenever static capacity changes (nodes, queues)
-        self.cache: dict[object, object] = {}
+        self.caches = Caches()
         self.use_version = 0  # bumped whenever any queue's counted GPUs change
         self._interned: dict[tuple[object, ...], int] = {}
         self._last_interned = 0
+        self._intern_cap = 1 << 16
         self.key_fn: Callable[[PendingJob], tuple[object, ...]] | None = (
             None  # per-shape results valid until `generation` changes
         )
@@ -106,15 +127,33 @@ class ClusterState:
             state.add_node(spec)
         return state
 
+    def interned(self, key: tuple[object, ...]) -> int | None:
+        """The int `intern` gave this key, if it still holds it (None: none now)."""
+        return self._interned.get(key)
+
     def intern(self, key: tuple[object, ...]) -> int:
         """A small int for a key, never given to another key (cheaper to hash than the tuple)."""
         found = self._interned.get(key)
         if found is None:
-            if len(self._interned) >= 1 << 16:
-                self._interned.clear()  # the ids given stay unique: the counter goes on
+            if len(self._interned) >= self._intern_cap:
+                self._forget_interned()
             self._last_interned += 1
             found = self._interned[key] = self._last_interned
         return found
+
+    def _forget_interned(self) -> None:
+        """Keep only the keys of live jobs (pending or running), with the ids they hold: a key never
+        gets a second id while a job holds the first (the counter goes on for new keys)."""
+        live: dict[tuple[object, ...], int] = {}
+        for job in [*self.jobs.values(), *(a.job for a in self.running.values())]:
+            if job.verdict_key >= 0 and job.shape is not None:
+                spec = job.spec
+                live[((job.shape, spec.queue, spec.priority, spec.time_limit), spec.preemptible)] = (
+                    job.verdict_key
+                )
+                live[(job.shape, spec.queue, spec.priority, spec.preemptible, "family")] = job.family
+        self._interned = live
+        self._intern_cap = max(1 << 16, 2 * len(live))
 
     # ---- nodes -------------------------------------------------------------------------
     def add_node(self, spec: NodeSpec, state: NodeState = NodeState.UP) -> int:
@@ -163,7 +202,7 @@ class ClusterState:
         self.total_cpus += spec.cpus
         self.total_memory += spec.memory_gib
         self.generation += 1
-        self.cache.clear()
+        self.caches = Caches()
         self._refresh(node)
         return node
 
@@ -196,6 +235,13 @@ class ClusterState:
             return 0
         free = self.healthy[node] & ~alloc & ~self.held[node]
         return max(0, free.bit_count() - self.reserved[node])
+
+    def available_lifting(self, node: int, gpus: int) -> int:
+        """A node's available GPUs were `gpus` of its reserved GPUs given back."""
+        if self.node_state[node] is not NodeState.UP or self.exclusive[node]:
+            return 0
+        free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
+        return max(0, free.bit_count() - self.reserved[node] + gpus)
 
     def _refresh(self, node: int) -> None:
         """Recompute a node's available count and move it in the buckets."""
@@ -289,7 +335,7 @@ class ClusterState:
         else:
             self.queues[spec.name] = QueueState(spec)
         self.generation += 1
-        self.cache.clear()
+        self.caches = Caches()
 
     def submit(
         self, spec: JobSpec, attempts: int = 0, attained: float = 0.0, true_duration: float | None = None
@@ -316,7 +362,9 @@ class ClusterState:
                 job.shape = shape_of(spec)
             shape = (job.shape, spec.queue, spec.priority, spec.time_limit)
             job.verdict_key = self.intern((shape, spec.preemptible))
+            job.family = self.intern((job.shape, spec.queue, spec.priority, spec.preemptible, "family"))
         insort(queue.by_verdict.setdefault(job.verdict_key, []), job.key)
+        insort(queue.by_family.setdefault(job.family, []), job.key)
         job.join(queue.flagged)
         self.jobs[spec.id] = job
 
@@ -329,6 +377,10 @@ class ClusterState:
         del keys[i]
         if not keys:
             del queue.by_verdict[job.verdict_key]
+        keys = queue.by_family[job.family]
+        del keys[bisect_left(keys, job.key)]
+        if not keys:
+            del queue.by_family[job.family]
         job.leave()
 
     def order_key(self, job: PendingJob) -> tuple[object, ...]:
@@ -361,12 +413,15 @@ class ClusterState:
     def resort(self) -> None:
         """Recompute every pending job's order key (after the order policy changed)."""
         for queue in self.queues.values():
-            queue.by_verdict = {}
+            queue.by_verdict, queue.by_family = {}, {}
             for job in queue.pending.values():
                 job.key = self.order_key(job)
                 queue.by_verdict.setdefault(job.verdict_key, []).append(job.key)
+                queue.by_family.setdefault(job.family, []).append(job.key)
             queue.pending_keys = sorted(j.key for j in queue.pending.values())
             for keys in queue.by_verdict.values():
+                keys.sort()
+            for keys in queue.by_family.values():
                 keys.sort()
 
     # ---- attempts ----------------------------------------------------------------------

@@ -41,6 +41,7 @@ class PriorityReclaim:
 
     args: PriorityReclaimArgs = PriorityReclaimArgs()
     bounds_by_group = True
+    groups_by_family = True  # its queue, class and GPUs
 
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
@@ -117,6 +118,7 @@ class AttainedService:
 
     args: AttainedServiceArgs = AttainedServiceArgs()
     bounds_by_group = False  # attained service is per attempt
+    groups_by_family = False  # the preemptor's attained service
 
     def _level(self, attained: float) -> int:
         return bisect_right(self.args.thresholds, attained)

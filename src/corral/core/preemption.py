@@ -1,0 +1,241 @@
+"""The preemption phase of a cycle: victim searches for blocked jobs, with the cycle's memory of
+them, and nominations (a preemptor waits for exactly the GPUs its victims free).
+
+Per cycle it remembers, per queue, the highest class found to have no victims (candidates only
+shrink during a cycle), and counts searches and nominations against the profile's caps; a job
+that skipped a search because of a cap makes `deferred` true, which the capacity reasons then
+say. `may_search_later` tells, without counting, whether a job of a class could still search
+(a walk passes over jobs only when none could: `repeats`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from corral.core import reasons as why_text
+from corral.core.decisions import CycleResult, Nominate, Preempt, Reason, Why
+from corral.core.jobs import PendingJob, QueueState, RunningAttempt
+from corral.core.model import Placement, QueueName
+from corral.core.occupancy import Group
+from corral.core.placement import NodeMask, Request
+from corral.core.plugins import Profile, Victims
+from corral.core.preempt import NO_CANDIDATES, SameQueue, Selection, ranked_candidates, select_victims
+from corral.core.state import ClusterState
+
+
+class Host(Protocol):
+    """The cycle, as its preemption phase sees it."""
+
+    state: ClusterState
+    profile: Profile
+    now: float
+    result: CycleResult
+
+    def consider(self, job: PendingJob) -> bool: ...
+
+    def request(self, job: PendingJob) -> Request: ...
+
+    def start_job(
+        self, job: PendingJob, placed: list[NodeMask], backfilled: bool, allocated: bool = True
+    ) -> None: ...
+
+    def placement_of(self, placed: list[NodeMask]) -> Placement: ...
+
+
+class Preemption:
+    """One cycle's preemption phase and its memory (the cycle passes itself to each call, so
+    that the two do not refer to each other: no garbage cycle per scheduling cycle)."""
+
+    def __init__(self) -> None:
+        self.no_victims: dict[QueueName, int] = {}  # queue -> highest class found to have no candidates
+        self.no_budget_victims: dict[QueueName, int] = {}  # the same, among the queue's own jobs
+        self.tries = 0
+        self.deferred = False  # a job skipped preemption because of the per-cycle caps
+        self.protection: dict[Group, float] | None = None  # per group, when its first protection ends
+
+    def may_search(self, host: Host, none_up_to: dict[QueueName, int], job: PendingJob) -> bool:
+        """Whether to search victims for the job: not when its queue was found to have none for
+        its class or a higher one (candidates only shrink during a cycle), nor past the per-cycle
+        caps (counted here; the reason then says preemption was deferred)."""
+        known = none_up_to.get(job.spec.queue)
+        if known is not None and job.spec.priority <= known:
+            return False
+        if self.tries >= host.profile.max_preemption_tries or (
+            len(host.result.nominations) >= host.profile.max_nominations
+        ):
+            self.deferred = True
+            return False
+        self.tries += 1
+        return True
+
+    def preempt(self, host: Host, job: PendingJob, req: Request) -> bool | None:
+        """Nominate the job to GPUs freed by preempting whole gangs, if the policy allows.
+
+        None: no preemption; False: nominated, waiting for the victims; True: started.
+        """
+        victims_plugin = host.profile.victims
+        assert victims_plugin is not None
+        state = host.state
+        if not self.may_search(host, self.no_victims, job):
+            return None
+        selection = select_victims(state, victims_plugin, job, req, host.now)
+        if selection is NO_CANDIDATES:
+            _none_up_to(self.no_victims, job)
+            return None
+        refused = isinstance(selection, Selection) and not victims_plugin.permit(
+            job, selection.victims, state, host.now
+        )
+        if (
+            refused
+        ):  # the set mixes queues in a way reclaim forbids: its own queue's lower classes may still do
+            selection = select_victims(state, SameQueue(victims_plugin), job, req, host.now)
+        if not isinstance(selection, Selection) or not selection.victims:
+            return None
+        if not victims_plugin.permit(job, selection.victims, state, host.now):
+            return None
+        return self._nominate(host, job, selection.placement, selection.victims, "to free its GPUs")
+
+    def for_budget(self, host: Host, job: PendingJob, queue: QueueState) -> bool | None:
+        """A job its own queue's quota or limit keeps out: preempt lower-class jobs of that queue
+        (only) until it is admitted, and free a placement for it (Kueue's withinClusterQueue).
+
+        None: no such preemption; False: nominated, waiting for the victims; True: started.
+        """
+        victims_plugin = host.profile.victims
+        assert victims_plugin is not None
+        state, spec, now = host.state, job.spec, host.now
+        if not self.may_search(host, self.no_budget_victims, job):
+            return None
+        narrowed = SameQueue(victims_plugin)
+        ranked = ranked_candidates(state, narrowed, job, now)
+        if not ranked:
+            _none_up_to(self.no_budget_victims, job)
+            return None
+        selection = select_victims(state, narrowed, job, host.request(job), now)
+        if not isinstance(selection, Selection):
+            return None  # even its queue's lower classes do not free a placement for it
+        victims = list(selection.victims)
+        taken = {id(v) for v in victims}
+        freed = sum(v.spec.gpus for v in victims)
+        for candidate in ranked:
+            if self._admitted(host, job, queue, freed):
+                break
+            if id(candidate) not in taken:
+                taken.add(id(candidate))
+                victims.append(candidate)
+                freed += candidate.spec.gpus
+        else:
+            if not self._admitted(host, job, queue, freed):
+                return None
+        if not victims or not victims_plugin.permit(job, victims, state, now):
+            return None
+        return self._nominate(host, job, selection.placement, victims, f"to make room in queue {spec.queue}")
+
+    def _admitted(self, host: Host, job: PendingJob, queue: QueueState, freed: int) -> bool:
+        """Whether every admission plugin admits the job once `freed` GPUs of its queue have left."""
+        queue.leaving_gpus += freed
+        try:
+            return all(admit.admit(job, queue, host.state) is None for admit in host.profile.admits)
+        finally:
+            queue.leaving_gpus -= freed
+
+    def _nominate(
+        self, host: Host, job: PendingJob, placed: list[NodeMask], victims: list[RunningAttempt], why: str
+    ) -> bool:
+        """Preempt the victims and nominate the job to `placed` (it starts at once when nothing it
+        waits for is running)."""
+        state = host.state
+        placement = host.placement_of(placed)
+        ids = tuple(v.spec.id for v in victims)
+        for v in victims:
+            deadline = host.now + v.spec.checkpoint_grace
+            state.mark_preempting(v.spec.id, deadline, job.spec.id)
+            reason = (
+                f"preempted by {job.spec.id}"
+                if v.spec.queue == job.spec.queue
+                else f"reclaimed by queue {job.spec.queue} for {job.spec.id}"
+            )
+            host.result.preemptions.append(Preempt(v.spec.id, v.attempt, job.spec.id, deadline, reason))
+        state.nominate(job, placed, frozenset(ids), host.now)
+        host.result.nominations.append(Nominate(job.spec.id, placement, ids))
+        host.result.reasons[job.spec.id] = Reason(
+            Why.NOMINATED, f"preempting {', '.join(ids)} {why}; starts when they stop"
+        )
+        if not any(state.alloc[n] & m for n, m in placed):
+            return self.nominated(host, job)
+        return False
+
+    def nominated(self, host: Host, job: PendingJob) -> bool:
+        """Start a nominated job once its victims have stopped (all of them: some may have been
+        taken to make room in its queue's quota or limit, away from its GPUs) and its GPUs are
+        free; drop a nomination that cannot come true."""
+        state = host.state
+        nomination = job.nomination
+        assert nomination is not None
+        broken = any(
+            not state.is_schedulable(n) or state.healthy[n] & mask != mask for n, mask in nomination.placement
+        )
+        left = [v for v in nomination.victims if v in state.running]
+        busy = any(state.alloc[n] & mask for n, mask in nomination.placement)
+        if broken or (busy and not left):
+            state.drop_nomination(job)
+            return host.consider(job)
+        if left:
+            host.result.reasons[job.spec.id] = Reason(
+                Why.NOMINATED, f"preempted {', '.join(sorted(left))} for it; starts when they stop"
+            )
+            return False
+        state.drop_nomination(job)
+        host.start_job(job, nomination.placement, backfilled=False, allocated=False)
+        return True
+
+    def protected(self, host: Host, job: PendingJob, why: Reason, plugin: Victims) -> Reason:
+        """A job that found no victims: when the first attempt it might take leaves its
+        `min_runtime` (the cycle is due again then; the reason says so)."""
+        if self.protection is None:
+            self.protection = host.state.occupancy.protection_ends(host.now)
+        until = self._until(host, job, plugin)
+        if until is None:
+            return why
+        host.result.wake_at(until)
+        return why_text.with_protection(why, until, host.now)
+
+    def unchanged_protected(self, host: Host, job: PendingJob, why: Reason, plugin: Victims) -> Reason | None:
+        """What `protected` answers, when calling it would change nothing in the cycle (its time
+        is no earlier than the cycle's next wake, or there is none); None otherwise (then the
+        job must be looked at: a walk passes over it only if looking at it changes nothing)."""
+        if self.protection is None:
+            return None  # computing it now could see other attempts than the long way would
+        if self.protection and not plugin.groups_by_family:
+            return None  # when its victims' protection ends depends on the job itself
+        until = self._until(host, job, plugin)
+        if until is None:
+            return why
+        result = host.result
+        if result.now < until < result.next_wake:
+            return None
+        return why_text.with_protection(why, until, host.now)
+
+    def _until(self, host: Host, job: PendingJob, plugin: Victims) -> float | None:
+        assert self.protection is not None
+        state, now = host.state, host.now
+        return min(
+            (t for (q, p), t in self.protection.items() if plugin.group_eligible(job, q, p, state, now)),
+            default=None,
+        )
+
+    def may_search_later(self, host: Host, none_up_to: dict[QueueName, int], job: PendingJob) -> bool:
+        """Whether `may_search` could still search victims for the job, or set `deferred`."""
+        known = none_up_to.get(job.spec.queue)
+        if known is not None and job.spec.priority <= known:
+            return False
+        capped = self.tries >= host.profile.max_preemption_tries or (
+            len(host.result.nominations) >= host.profile.max_nominations
+        )
+        return not (capped and self.deferred)
+
+
+def _none_up_to(none_up_to: dict[QueueName, int], job: PendingJob) -> None:
+    """Remember that the job's queue has no victims for its class (nor, so, for any lower)."""
+    known = none_up_to.get(job.spec.queue)
+    none_up_to[job.spec.queue] = job.spec.priority if known is None else max(known, job.spec.priority)
