@@ -82,8 +82,11 @@ def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]
     return row
 
 
+FIRST: list[int | None] = [None]  # only the first N jobs of Philly (--first), for quick iterations
+
+
 def philly(fraction: float, policies: list[str]) -> dict[str, dict[str, float]]:
-    jobs = load_philly()
+    jobs = load_philly()[: FIRST[0]]
     cluster = shared_cluster(load_vc_nodes(), jobs, fraction)
     return {p: run_one(cluster, jobs, p) for p in policies}
 
@@ -124,7 +127,9 @@ def main() -> None:
         help="seconds of work between checkpoints for jobs whose trace gives none (default: none, "
         "a preempted job loses all its work)",
     )
+    parser.add_argument("--first", type=int, help="Philly: only the first N jobs (a prefix, for iterating)")
     args = parser.parse_args()
+    FIRST[0] = args.first
     MIN_INTERVAL[0] = args.min_interval
     CHECKPOINT[0] = args.checkpoint_interval
     policies = args.policy or POLICIES

@@ -34,6 +34,8 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
     state.set_order(profile.job_order.key)
     if profile.usage_half_life:
         advance_usage(state, now, profile.usage_half_life)
+    if state.by_estimate:
+        state.refresh_estimates(now)
     _reject_never_fitting(state, profile, result)
     cycle = _Cycle(state, profile, now, result)
     try:
@@ -324,7 +326,7 @@ class _Cycle:
             and len(self.reservations) < self.profile.max_reservations
         ):
             self.reserved_queues.add(queue)
-            found = reserve.earliest_fit(state, req, self.now)
+            found, estimate = reserve.estimated_fit(state, req, self.now)
             if found is None:
                 text = "; no reservation: the GPUs it needs are held by jobs without a time limit"
                 return Reason(why.code, why.message + text, why.at)
@@ -334,6 +336,8 @@ class _Cycle:
             capacity = tuple((state.specs[n].name, c) for n, c in found.capacity)
             self.result.reservations.append(Reserve(job.spec.id, found.start, capacity))
             self.result.wake_at(found.start)
+            if estimate is not None:
+                return why_text.with_estimated_reservation(why, found.start, self.now, estimate)
             return why_text.with_reservation(why, found.start, self.now)
         return why
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from corral.core.estimates import Estimate
 from corral.core.model import INFINITY, JobId, JobSpec, QueueSpec
 
 
@@ -35,6 +36,7 @@ class PendingJob:
         "_not_before",
         "attained",
         "attempts",
+        "estimate",
         "family",
         "flags",
         "key",
@@ -68,6 +70,7 @@ class PendingJob:
         self.request_generation = -1
         self.verdict_key = -1  # its (shape, queue, class, time limit, preemptible), interned by the state
         self.family = -1  # the same without the time limit, interned by the state
+        self.estimate: Estimate | None = None  # its run time from history (`estimates`), set when queued
 
     def __repr__(self) -> str:
         return f"PendingJob({self.spec.id!r}, attempts={self.attempts})"
@@ -164,6 +167,11 @@ class RunningAttempt:
     preempted_by: JobId | None = None
     end_key: tuple[float, int, JobId] | None = None  # its entry in ClusterState.by_end
     candidate: int = 0  # as a victim, for `Occupancy`: 0 never (now), 1 inside min_runtime, 2 counted
+    # without a time limit: when history says it ends (`estimates`; never a limit), and its entry
+    # in ClusterState.by_estimate (seq negated: an estimated end, not a limit)
+    estimated_end: float = INFINITY
+    estimate: Estimate | None = None
+    estimate_key: tuple[float, int, JobId] | None = None
 
     @property
     def spec(self) -> JobSpec:

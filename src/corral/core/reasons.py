@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from corral.core.decisions import Reason, Why
+from corral.core.estimates import Estimate
 from corral.core.model import NodeState
 from corral.core.placement import Miss, Request
 from corral.core.state import ClusterState
@@ -61,6 +62,18 @@ def paused(by: str, since: float | None) -> Reason:
 def with_reservation(reason: Reason, start: float, now: float) -> Reason:
     """The job's own reservation: it starts then at the latest (if running jobs end on time)."""
     return Reason(Why.RESERVED, f"{reason.message}; reserved to start at {clock(start, now)}", start)
+
+
+def with_estimated_reservation(reason: Reason, start: float, now: float, estimate: Estimate) -> Reason:
+    """A reservation whose start rests on when jobs without a time limit are expected to end."""
+    source = (
+        f"estimated from {plural(estimate.drawn_on, 'finished job')} of {estimate.basis}"
+        if estimate.drawn_on
+        else f"estimated: {estimate.basis}"
+    )
+    return Reason(
+        Why.RESERVED, f"{reason.message}; reserved to start at about {clock(start, now)} ({source})", start
+    )
 
 
 def with_protection(reason: Reason, until: float, now: float) -> Reason:

@@ -12,7 +12,9 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from heapq import merge
 
+from corral.core.estimates import Estimate
 from corral.core.model import INFINITY, JobId
 from corral.core.placement import Request, place
 from corral.core.state import ClusterState
@@ -25,8 +27,13 @@ class Reservation:
     capacity: tuple[tuple[int, int], ...]  # (node id, GPUs)
 
 
-def earliest_fit(state: ClusterState, req: Request, now: float) -> Reservation | None:
+def earliest_fit(
+    state: ClusterState, req: Request, now: float, ends: Sequence[tuple[float, int, JobId]] | None = None
+) -> Reservation | None:
     """When and where the gang first fits as attempts end; None if never (no time limits).
+
+    `ends`: the (end, seq, job) of the attempts to release, in order (default: those with an
+    expected end, `ClusterState.by_end`; `estimated_fit` adds estimated ends).
 
     Attempts are released in order of expected end. A count of free GPUs kept outside the state
     (`_first_possible`) finds the first release after which some domain the gang may use (one
@@ -37,7 +44,8 @@ def earliest_fit(state: ClusterState, req: Request, now: float) -> Reservation |
     1, 2, 4, ... more releases, then a binary search over the last stretch finds the first
     release after which it fits: O(log n) placements, not one per release.
     """
-    ends = state.by_end[: bisect_left(state.by_end, (INFINITY,))]  # attempts without an end last
+    if ends is None:
+        ends = state.by_end[: bisect_left(state.by_end, (INFINITY,))]  # attempts without an end last
     if not ends:
         return None
     last = len(state.topology.span_names) - 1
@@ -202,3 +210,22 @@ def clear(state: ClusterState, reservations: list[Reservation]) -> None:
     for r in reservations:
         for node, _ in r.capacity:
             state.reset_reserved(node)
+
+
+def estimated_fit(
+    state: ClusterState, req: Request, now: float
+) -> tuple[Reservation | None, Estimate | None]:
+    """`earliest_fit` where attempts without a time limit end when history says they will
+    (`estimates`); with the estimate of the last attempt released when the start rests on one."""
+    known = state.by_end[: bisect_left(state.by_end, (INFINITY,))]
+    ends = list(merge(known, state.by_estimate)) if state.by_estimate else known
+    found = earliest_fit(state, req, now, ends)
+    if found is None or not state.by_estimate:
+        return found, None
+    estimate = None
+    for end, seq, job_id in ends:  # the latest estimated end at or before the start decides it
+        if end > found.start:
+            break
+        if seq < 0:
+            estimate = state.running[job_id].estimate
+    return found, estimate

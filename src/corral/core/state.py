@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from corral.core.errors import InvariantError
+from corral.core.estimates import Estimator
 from corral.core.index import FreeIndex
 from corral.core.jobs import NO_END, Nomination, PendingJob, QueueState, RunningAttempt, shape_of
 from corral.core.model import (
@@ -96,6 +97,10 @@ class ClusterState:
         self.running: dict[JobId, RunningAttempt] = {}
         self.occupancy = Occupancy()
         self.by_end: list[tuple[float, int, JobId]] = []
+        # run times learned from finished jobs (None: no estimates); the estimated ends of the
+        # attempts without a time limit, sorted (`RunningAttempt.estimate_key`)
+        self.estimator: Estimator | None = None
+        self.by_estimate: list[tuple[float, int, JobId]] = []
         self._start_seq = 0
         self.queues: dict[QueueName, QueueState] = {q.name: QueueState(q) for q in queues}
         self.priority_classes: dict[str, PriorityClass] = {p.name: p for p in priority_classes}
@@ -354,6 +359,8 @@ class ClusterState:
     def _enqueue(self, job: PendingJob) -> None:
         spec = job.spec
         queue = self.queue(spec.queue)
+        if self.estimator is not None:
+            job.estimate = self.estimator.estimate(spec, _seconds_run(job))
         job.key = self.order_key(job)
         queue.pending[spec.id] = job
         insort(queue.pending_keys, job.key)
@@ -468,12 +475,15 @@ class ClusterState:
         self._start_seq += 1
         attempt.end_key = (attempt.expected_end, self._start_seq, job_id)
         insort(self.by_end, attempt.end_key)
+        if self.estimator is not None and attempt.limit_end == NO_END:
+            self._estimate_end(attempt, attempt.start)
         self.plan.record(self._remove_running_raw, job_id)
 
     def _remove_running_raw(self, job_id: JobId) -> RunningAttempt:
         attempt = self.running.pop(job_id)
         self.occupancy.remove(attempt)
         self._drop_end_key(attempt)
+        self._drop_estimate(attempt)
         return attempt
 
     def _drop_end_key(self, attempt: RunningAttempt) -> None:
@@ -491,6 +501,7 @@ class ClusterState:
         attempt = self.running.pop(job_id)
         self.occupancy.remove(attempt)
         self._drop_end_key(attempt)
+        self._drop_estimate(attempt)
         spec = attempt.job.spec
         cpus, memory = spec.cpus_per_replica, spec.memory_gib_per_replica
         for node, mask in attempt.placement:
@@ -509,7 +520,37 @@ class ClusterState:
         job.attained += spec.gpus * max(0.0, now - attempt.start)
         if requeue:
             self._enqueue(job)
+        elif self.estimator is not None:
+            self.estimator.observe(spec, _seconds_run(job) if spec.gpus else now - attempt.start)
         return attempt
+
+    # ---- estimates (`estimates`: never limits) ------------------------------------------
+    def _estimate_end(self, attempt: RunningAttempt, now: float) -> None:
+        """Estimate when an attempt without a time limit ends, given the time it has run by `now`."""
+        assert self.estimator is not None
+        before = _seconds_run(attempt.job)  # earlier attempts
+        found = self.estimator.estimate(attempt.spec, before + now - attempt.start)
+        if found is None:
+            return
+        attempt.estimate = found
+        attempt.estimated_end = attempt.start + max(found.seconds - before, now - attempt.start + 1.0)
+        self._start_seq += 1
+        attempt.estimate_key = (attempt.estimated_end, -self._start_seq, attempt.spec.id)
+        insort(self.by_estimate, attempt.estimate_key)
+
+    def _drop_estimate(self, attempt: RunningAttempt) -> None:
+        key = attempt.estimate_key
+        if key is not None:
+            attempt.estimate_key = None
+            del self.by_estimate[bisect_left(self.by_estimate, key)]
+
+    def refresh_estimates(self, now: float) -> None:
+        """Attempts running past their estimated end get a later one (from the run times longer
+        than theirs so far); each estimate at least doubles, so this costs little over a run."""
+        while self.by_estimate and self.by_estimate[0][0] <= now:
+            attempt = self.running[self.by_estimate[0][2]]
+            self._drop_estimate(attempt)
+            self._estimate_end(attempt, now)
 
     def min_runtime(self, attempt: RunningAttempt) -> float:
         """Seconds after its start during which an attempt is never preempted (DESIGN.md 6.3).
@@ -527,6 +568,7 @@ class ClusterState:
             self.use_version += 1
             self.occupancy.stopping(attempt)
         self._drop_end_key(attempt)
+        self._drop_estimate(attempt)  # it ends by its deadline
         attempt.preempting_deadline = deadline
         attempt.preempted_by = by
         self._start_seq += 1
@@ -559,3 +601,9 @@ class ClusterState:
             self._set_held_raw(node, self.held[node] & ~mask)
         self.queues[job.spec.queue].incoming_gpus -= job.spec.gpus
         self.use_version += 1
+
+
+def _seconds_run(job: PendingJob) -> float:
+    """Seconds its earlier attempts ran (GPU-seconds attained over its GPUs)."""
+    gpus = job.spec.gpus
+    return job.attained / gpus if gpus else 0.0

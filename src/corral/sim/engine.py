@@ -23,6 +23,7 @@ from corral.config.cluster_file import ClusterConfig
 from corral.core.cycle import schedule, to_placement
 from corral.core.decisions import CycleResult
 from corral.core.errors import TraceError
+from corral.core.estimates import Estimator
 from corral.core.model import (
     INFINITY,
     JobId,
@@ -101,6 +102,7 @@ class Simulation:
         self.state = ClusterState.build(
             cluster.topology, cluster.nodes, cluster.queues, cluster.priority_classes
         )
+        self.state.estimator = Estimator()  # learns from the jobs that finish earlier in the replay
         self.ideal = IdealSpans(self.state)
         self.stats = SimStats()
         self.jobs: dict[str, _Job] = {}

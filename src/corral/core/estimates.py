@@ -1,0 +1,103 @@
+"""Run-time estimates learned from history: pure (no clock, no I/O), bounded memory.
+
+For every finished job the estimator remembers its run time under keys of decreasing detail:
+(queue, user, name, GPUs, GPU model), (queue, user, GPUs), (queue, GPUs), (queue), and the whole
+cluster. A job's estimate comes from the most detailed key with enough history: the median of
+the run times there that exceed what the job has already run (the conditional distribution
+given its attained time), so that a job running past its estimate gets a later one. Each key
+keeps its `keep` newest run times (sorted), and at most `max_keys` keys are kept (the oldest
+learned are forgotten first).
+
+Estimates are never limits: the scheduler uses them to place reservations and order jobs, and
+never stops a job for running past one.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right, insort
+from collections import deque
+from dataclasses import dataclass
+
+from corral.core.model import JobSpec
+
+MIN_DRAWN = 5  # a key's history is used when it holds at least this many run times above the attained
+BASES = (
+    "this user's jobs of this name and size",
+    "this user's jobs of this size",
+    "this queue and size",
+    "this queue",
+    "the cluster",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """`seconds` of run time in all (not remaining), from `drawn_on` past jobs described by `basis`
+    (`drawn_on` 0: no history held a longer run; the estimate doubles the attained time)."""
+
+    seconds: float
+    drawn_on: int
+    basis: str
+
+
+class _Runs:
+    __slots__ = ("newest", "ordered")
+
+    def __init__(self) -> None:
+        self.newest: deque[float] = deque()
+        self.ordered: list[float] = []
+
+
+def keys_of(spec: JobSpec) -> list[tuple[object, ...]]:
+    """The history keys of a job, most detailed first (one per entry of `BASES`)."""
+    gpus = spec.replicas * spec.gpus_per_replica
+    model = ",".join(spec.gpu_model)
+    return [
+        ("n", spec.queue, spec.user, spec.name, gpus, model),
+        ("u", spec.queue, spec.user, gpus),
+        ("s", spec.queue, gpus),
+        ("q", spec.queue),
+        ("c",),
+    ]
+
+
+class Estimator:
+    """Per-key sorted samples of finished jobs' run times (seconds)."""
+
+    def __init__(self, keep: int = 256, max_keys: int = 100_000, min_drawn: int = MIN_DRAWN) -> None:
+        self.keep = keep
+        self.max_keys = max_keys
+        self.min_drawn = min_drawn
+        self.runs: dict[tuple[object, ...], _Runs] = {}
+        self.observed = 0
+
+    def observe(self, spec: JobSpec, seconds: float) -> None:
+        """A job of this spec ran `seconds` in all."""
+        self.observed += 1
+        for key in keys_of(spec):
+            runs = self.runs.get(key)
+            if runs is None:
+                if len(self.runs) >= self.max_keys:
+                    del self.runs[next(iter(self.runs))]
+                runs = self.runs[key] = _Runs()
+            runs.newest.append(seconds)
+            insort(runs.ordered, seconds)
+            if len(runs.newest) > self.keep:
+                old = runs.newest.popleft()
+                i = bisect_right(runs.ordered, old) - 1
+                del runs.ordered[i]
+
+    def estimate(self, spec: JobSpec, attained: float = 0.0) -> Estimate | None:
+        """The job's run time in all, given it has run `attained` seconds (None: no history at all)."""
+        if not self.runs:
+            return None
+        for key, basis in zip(keys_of(spec), BASES, strict=True):
+            runs = self.runs.get(key)
+            if runs is None:
+                continue
+            ordered = runs.ordered
+            first = bisect_right(ordered, attained)
+            above = len(ordered) - first
+            if above >= self.min_drawn or (basis == BASES[-1] and above > 0):
+                return Estimate(ordered[first + above // 2], above, basis)
+        return Estimate(max(2.0 * attained, 1.0), 0, "no history of longer runs: twice the time run so far")
