@@ -1,0 +1,94 @@
+"""Run-time estimates from history: the estimator alone, then in the state and a cycle."""
+
+from __future__ import annotations
+
+from corral.core.cycle import schedule
+from corral.core.estimates import BASES, Estimator
+from corral.core.model import INFINITY, JobId, JobSpec, NodeSpec, QueueSpec
+from corral.core.state import ClusterState
+from corral.policies.registry import load_policy
+
+
+def job(queue: str = "a", user: str = "u", name: str = "train", gpus: int = 1, jid: str = "j") -> JobSpec:
+    return JobSpec(id=JobId(jid), queue=queue, user=user, name=name, gpus_per_replica=gpus)
+
+
+def test_no_history_no_estimate() -> None:
+    assert Estimator().estimate(job()) is None
+
+
+def test_the_most_detailed_key_with_enough_history_decides() -> None:
+    est = Estimator(min_drawn=3)
+    for seconds in (100.0, 110.0, 120.0):
+        est.observe(job(name="train"), seconds)
+    for seconds in (5000.0, 6000.0, 7000.0):
+        est.observe(job(name="eval"), seconds)
+    found = est.estimate(job(name="train"))
+    assert found is not None and found.seconds == 110.0 and found.drawn_on == 3 and found.basis == BASES[0]
+    # a new name of this user falls back to the user's jobs of this size: all six
+    other = est.estimate(job(name="new"))
+    assert other is not None and other.drawn_on == 6 and other.basis == BASES[1]
+    # a new queue falls back to the cluster's history
+    cluster = est.estimate(job(queue="b"))
+    assert cluster is not None and cluster.basis == BASES[-1] and cluster.drawn_on == 6
+
+
+def test_a_job_past_its_estimate_gets_a_later_one_from_longer_runs() -> None:
+    est = Estimator(min_drawn=2)
+    for seconds in (10.0, 20.0, 30.0, 1000.0, 2000.0):
+        est.observe(job(), seconds)
+    first = est.estimate(job())
+    assert first is not None and first.seconds == 30.0
+    later = est.estimate(job(), attained=40.0)  # only the runs longer than 40 s count now
+    assert later is not None and later.seconds == 2000.0 and later.drawn_on == 2
+    beyond = est.estimate(job(), attained=5000.0)  # longer than anything seen: twice the time run
+    assert beyond is not None and beyond.seconds == 10000.0 and beyond.drawn_on == 0
+
+
+def test_memory_is_bounded_per_key_and_in_keys() -> None:
+    est = Estimator(keep=4, max_keys=12, min_drawn=1)
+    for i in range(10):
+        est.observe(job(), float(i))
+    runs = est.runs[("q", "a")]
+    assert runs.ordered == [6.0, 7.0, 8.0, 9.0]  # the newest four, sorted
+    for i in range(20):
+        est.observe(job(name=f"n{i}"), 1.0)
+    assert len(est.runs) <= 12
+
+
+def _cluster() -> ClusterState:
+    state = ClusterState.build([], [NodeSpec("n1", gpus=8)], [QueueSpec("a", quota=8)])
+    state.estimator = Estimator(min_drawn=1)
+    return state
+
+
+def test_a_gang_behind_unlimited_jobs_is_reserved_from_their_estimated_ends() -> None:
+    state = _cluster()
+    profile = load_policy("default")
+    assert state.estimator is not None
+    for _ in range(3):
+        state.estimator.observe(job(gpus=4, name="small"), 600.0)
+    for i in range(2):
+        state.submit(JobSpec(id=JobId(f"s{i}"), queue="a", name="small", user="u", gpus_per_replica=4))
+    schedule(state, profile, 0.0)
+    assert all(a.limit_end == INFINITY and a.estimated_end == 600.0 for a in state.running.values())
+    state.submit(JobSpec(id=JobId("big"), queue="a", user="u", gpus_per_replica=8, submit_time=1.0, seq=1))
+    result = schedule(state, profile, 1.0)
+    assert [r.start for r in result.reservations] == [600.0]
+    text = result.reasons[JobId("big")].message
+    assert "reserved to start at about t=600s (estimated from 3 finished jobs of" in text
+    # past its estimate, a running job is estimated again and is never stopped for it
+    result = schedule(state, profile, 700.0)
+    assert len(state.running) == 2 and all(a.estimated_end > 700.0 for a in state.running.values())
+
+
+def test_finished_jobs_teach_the_state_estimator() -> None:
+    state = _cluster()
+    state.submit(JobSpec(id=JobId("x"), queue="a", user="u", name="t", gpus_per_replica=2))
+    schedule(state, load_policy("default"), 0.0)
+    state.end(JobId("x"), requeue=False, now=250.0)
+    assert state.estimator is not None and state.estimator.observed == 1
+    found = state.estimator.estimate(
+        JobSpec(id=JobId("y"), queue="a", user="u", name="t", gpus_per_replica=2)
+    )
+    assert found is not None and found.seconds == 250.0
