@@ -21,7 +21,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corral.config.cluster_file import parse_cluster_config
-from corral.policies.registry import load_policy
+from corral.policies.registry import load_policy, parse_plugin_args
 from corral.sim.engine import SimOptions, Simulation
 from corral.sim.eventlog import EventLog
 from corral.sim.jobmodel import PreemptionCost
@@ -63,7 +63,8 @@ def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]
     options = SimOptions(
         min_interval=MIN_INTERVAL[0], preemption=PreemptionCost(default_interval=CHECKPOINT[0])
     )
-    Simulation(cluster, jobs, load_policy(policy), EventLog([measures.feed]), options).run()
+    profile = load_policy(policy, ARGS[0] if policy == "default" else None)
+    Simulation(cluster, jobs, profile, EventLog([measures.feed]), options).run()
     s = measures.summary()
     row = {name: _get(s, path) for name, path in FIELDS}
     row["seconds"] = time.perf_counter() - started
@@ -74,6 +75,7 @@ def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]
                 "policy": policy,
                 "min_interval": MIN_INTERVAL[0],
                 "checkpoint_interval": CHECKPOINT[0],
+                "args": ARGS[0] if policy == "default" else {},
                 **row,
             }
         ),
@@ -82,6 +84,7 @@ def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]
     return row
 
 
+ARGS: list[dict[str, dict[str, Any]]] = [{}]  # plugin arguments for `default` (--arg)
 FIRST: list[int | None] = [None]  # only the first N jobs of Philly (--first), for quick iterations
 
 
@@ -128,7 +131,9 @@ def main() -> None:
         "a preempted job loses all its work)",
     )
     parser.add_argument("--first", type=int, help="Philly: only the first N jobs (a prefix, for iterating)")
+    parser.add_argument("--arg", action="append", default=[], help="PLUGIN.KEY=VALUE for default")
     args = parser.parse_args()
+    ARGS[0] = parse_plugin_args(args.arg)
     FIRST[0] = args.first
     MIN_INTERVAL[0] = args.min_interval
     CHECKPOINT[0] = args.checkpoint_interval

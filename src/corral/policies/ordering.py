@@ -67,3 +67,33 @@ class LeastAttained:
     def key(self, job: PendingJob) -> tuple[object, ...]:
         s = job.spec
         return (self.level(job.attained), s.submit_time, s.seq, s.id)
+
+
+@dataclass(frozen=True, slots=True)
+class ShortestEstimatedArgs:
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.weight >= 0:
+            raise ValueError("weight must be >= 0 (0: plain priority then FIFO)")
+
+
+@dataclass(frozen=True, slots=True)
+class ShortestEstimated:
+    """Priority class first, then shortest estimated remaining run time, aged by waiting.
+
+    A job is ordered as if it had been submitted `weight` x its estimated remaining run time
+    (history's estimate less the time its earlier attempts ran; `corral.core.estimates`) after
+    it was: shorter jobs go first, yet a job is passed only by jobs submitted before that
+    virtual time, so none starves. Without history every estimate is 0: priority then FIFO.
+    """
+
+    args: ShortestEstimatedArgs = ShortestEstimatedArgs()
+
+    def key(self, job: PendingJob) -> tuple[object, ...]:
+        s = job.spec
+        estimate = job.estimate
+        remaining = 0.0
+        if estimate is not None:
+            remaining = max(0.0, estimate.seconds - (job.attained / s.gpus if s.gpus else 0.0))
+        return (-s.priority, s.submit_time + self.args.weight * remaining, s.seq, s.id)

@@ -14,7 +14,7 @@ from typing import Any
 from corral.core.errors import ConfigError
 from corral.core.plugins import Profile
 from corral.policies.fair_share import FairShare
-from corral.policies.ordering import Fifo, LeastAttained, PriorityFifo, ShortestFirst
+from corral.policies.ordering import Fifo, LeastAttained, PriorityFifo, ShortestEstimated, ShortestFirst
 from corral.policies.quota import Limit, Quota
 from corral.policies.victims import AttainedService, PriorityReclaim
 
@@ -23,6 +23,7 @@ PLUGINS: dict[str, type[Any]] = {
     "fifo": Fifo,
     "sjf": ShortestFirst,
     "las": LeastAttained,
+    "shortest_estimated": ShortestEstimated,
     "fair_share": FairShare,
     "limit": Limit,
     "quota": Quota,
@@ -33,8 +34,9 @@ PLUGINS: dict[str, type[Any]] = {
 # extension point -> plugin name (or names), per built-in policy; plus cycle settings.
 POLICIES: dict[str, dict[str, Any]] = {
     "default": {
-        "description": "fair share, quotas, topology, preemption and reclaim, reservations, backfill",
-        "order": "priority_fifo",
+        "description": "fair share, quotas, topology, preemption and reclaim, reservations, backfill; "
+        "inside a queue, shortest estimated run time first, aged by waiting",
+        "order": "shortest_estimated",
         "queue_order": "fair_share",
         "admit": ["limit", "quota"],
         "victims": "priority_reclaim",

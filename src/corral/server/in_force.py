@@ -20,6 +20,7 @@ from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import NoResultFound
 
 from corral.core.errors import ConfigError
+from corral.core.estimates import Estimator
 from corral.core.jobs import PendingJob
 from corral.core.model import JobSpec
 from corral.core.plugins import Profile
@@ -91,6 +92,7 @@ def build(
     pending: list[tuple[JobSpec, Any]],
     default_policy: str,
     strict: bool,
+    estimator: Estimator | None = None,
 ) -> InForce:
     """The scheduling state under `revision`; raises one of BROKEN when it cannot hold the live
     work (`strict`: pending jobs too; otherwise pending jobs of missing queues are left out)."""
@@ -101,6 +103,7 @@ def build(
     if missing:
         raise ConfigError(missing)
     state = model.build_state()
+    state.estimator = estimator  # before the jobs: each is estimated as it is queued or restored
     for attempt in live:
         restore_attempt(state, attempt)
     submitted, left_out = [], []
@@ -118,6 +121,7 @@ def choose(
     pending: list[tuple[JobSpec, Any]],
     default_policy: str,
     last_good: int,
+    estimator: Estimator | None = None,
 ) -> InForce:
     """The newest applicable revision among `candidates`; NoRevisionApplies when none is."""
     order = candidates(conn, last_good)
@@ -125,7 +129,7 @@ def choose(
     for strict in (True, False):  # leave pending jobs out only when no revision holds them all
         for revision in order:
             try:
-                found = build(conn, revision, live, pending, default_policy, strict)
+                found = build(conn, revision, live, pending, default_policy, strict, estimator)
             except BROKEN as exc:
                 why.setdefault(revision, _reason(exc))
                 continue

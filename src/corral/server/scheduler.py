@@ -38,6 +38,7 @@ from corral.server.cluster import get_setting, node_spec_of, scheduling_state
 from corral.server.commit import Batch, EndItem, StartItem
 from corral.server.doorbell import Bell, Doorbell
 from corral.server.endings import Ending, ending_of
+from corral.server.history import learned
 from corral.server.in_force import NoRevisionApplies, choose, report_refusal
 from corral.server.jobs import spec_from_json
 from corral.server.reasons import ReasonBook, ReasonChange
@@ -137,7 +138,7 @@ class Scheduler:
                 .order_by(j.c.seq)
             ).all()
             specs = [(spec_from_json(r.spec), r) for r in pending]
-            found = choose(conn, live, specs, self.policy, self.revision)
+            found = choose(conn, live, specs, self.policy, self.revision, learned(conn))
             model, state = found.model, found.state
             self.revision, self.profile = model.revision, found.profile
             self.paused = get_setting(conn, "scheduler.paused", "0") == "1"

@@ -1,0 +1,47 @@
+"""The live scheduler learns run times from its own finished jobs and keeps them across a restart
+(issue 16): a job waiting behind a job without a time limit is reserved from the estimate."""
+
+from __future__ import annotations
+
+from tests.server.harness import FakeAgent, Server, wait_for
+from tests.server.scenario import job, submit
+
+
+def _start(agent: FakeAgent, job_id: str) -> None:
+    seen: list[dict[str, object]] = []  # a restart may first repeat older orders (a stop)
+
+    def started() -> bool:
+        seen.extend(agent.orders(wait=1))
+        return any(o["kind"] == "start" and o["job"] == job_id for o in seen)
+
+    wait_for(started, timeout=15)
+    assert agent.report(job_id, 1, "running").status_code == 200
+
+
+def test_estimates_survive_a_restart_and_name_their_history(server: Server) -> None:
+    agent = FakeAgent(server, "dgx01", 8, "H100-80GB")  # the only node that registers: 8 GPUs
+    agent.register()
+    try:
+        with server.client() as c:
+            done = submit(c, queue="research", name="train", gpus_per_replica=6)["id"]
+            _start(agent, done)
+            assert agent.report(done, 1, "exited", 0).status_code == 200
+            wait_for(lambda: job(c, done)["state"] == "finished")
+    finally:
+        agent.close()
+    server.stop()
+    server.start()  # nothing but the tables carries the history over
+    agent = FakeAgent(server, "dgx01", 8, "H100-80GB")
+    agent.register()
+    try:
+        with server.client() as c:
+            running = submit(c, queue="research", name="train", gpus_per_replica=6)["id"]
+            _start(agent, running)
+            waiting = submit(c, queue="research", name="train", gpus_per_replica=4)["id"]
+            found = wait_for(lambda: "reserved" in (j := job(c, waiting))["reason"] and j, timeout=15)
+            assert found["reason_code"] == "reserved", found
+            assert "reserved to start at about" in found["reason"], found
+            # without the history read back at start there is no estimate: no reservation at all
+            assert "(estimated" in found["reason"], found
+    finally:
+        agent.close()
