@@ -57,6 +57,46 @@ MIN_INTERVAL = [0.0]  # seconds between cycles (--min-interval)
 CHECKPOINT: list[float | None] = [None]  # seconds of work between checkpoints (--checkpoint-interval)
 
 
+class Waits:
+    """The longest wait for a first start, and how often (and by how much) a job started after
+    the start its first reservation promised (a backfilled job or an estimate that ran over)."""
+
+    def __init__(self) -> None:
+        self.submitted: dict[str, float] = {}
+        self.promised: dict[str, float] = {}
+        self.max_wait = 0.0
+        self.reserved = self.delayed = 0
+        self.delay_total = self.delay_max = 0.0
+
+    def feed(self, event: dict[str, Any]) -> None:
+        kind, job = event["event"], event.get("job")
+        if kind == "submit":
+            self.submitted[job] = event["t"]
+        elif kind == "start" and job in self.submitted:
+            self.max_wait = max(self.max_wait, event["t"] - self.submitted.pop(job))
+            promised = self.promised.pop(job, None)
+            if promised is not None:
+                self.reserved += 1
+                late = event["t"] - promised
+                if late > 1.0:
+                    self.delayed += 1
+                    self.delay_total += late
+                    self.delay_max = max(self.delay_max, late)
+
+    def cycle(self, result: Any) -> None:
+        for r in result.reservations:
+            self.promised.setdefault(r.job, r.start)
+
+    def row(self) -> dict[str, float]:
+        return {
+            "max wait": self.max_wait,
+            "reserved": self.reserved,
+            "late": self.delayed,
+            "late avg": self.delay_total / self.delayed if self.delayed else 0.0,
+            "late max": self.delay_max,
+        }
+
+
 def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]:
     measures = Measures()
     started = time.perf_counter()
@@ -64,9 +104,12 @@ def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]
         min_interval=MIN_INTERVAL[0], preemption=PreemptionCost(default_interval=CHECKPOINT[0])
     )
     profile = load_policy(policy, ARGS[0] if policy == "default" else None)
-    Simulation(cluster, jobs, profile, EventLog([measures.feed]), options).run()
+    waits = Waits()
+    sim = Simulation(cluster, jobs, profile, EventLog([measures.feed, waits.feed]), options)
+    sim.on_cycle = waits.cycle
+    sim.run()
     s = measures.summary()
-    row = {name: _get(s, path) for name, path in FIELDS}
+    row = {name: _get(s, path) for name, path in FIELDS} | waits.row()
     row["seconds"] = time.perf_counter() - started
     print(
         json.dumps(
@@ -108,13 +151,17 @@ def pollux(policies: list[str]) -> dict[str, dict[str, float]]:
     return {p: {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]} for p, rows in runs.items()}
 
 
+EXTRA = ["max wait", "reserved", "late", "late avg", "late max"]
+
+
 def show(title: str, results: dict[str, dict[str, float]]) -> None:
     print(f"\n{title}")
-    print(f"{'policy':8}" + "".join(f"{name:>12}" for name, _ in FIELDS))
+    names = [name for name, _ in FIELDS] + EXTRA
+    print(f"{'policy':8}" + "".join(f"{name:>12}" for name in names))
     for policy, row in results.items():
         cells = "".join(
             f"{row[name]:>12.3f}" if name in ("Jain", "util", "FTF mean") else f"{row[name]:>12,.0f}"
-            for name, _ in FIELDS
+            for name in names
         )
         print(f"{policy:8}{cells}")
 
