@@ -106,6 +106,9 @@ class ClusterState:
         self.generation = 0  # bumped whenever static capacity changes (nodes, queues)
         self.caches = Caches()
         self.use_version = 0  # bumped whenever any queue's counted GPUs change
+        # bumped whenever a node's GPUs change (allocated, held, reserved, healthy, up, exclusive):
+        # every such change goes through `_refresh`
+        self.node_version = 0
         self._interned: dict[tuple[object, ...], int] = {}
         self._last_interned = 0
         self._intern_cap = 1 << 16
@@ -245,6 +248,7 @@ class ClusterState:
 
     def _refresh(self, node: int) -> None:
         """Recompute a node's available count and move it in the buckets."""
+        self.node_version += 1
         alloc = self.alloc[node]
         avail = self.available(node, alloc, self.exclusive[node])
         self.index.move(node, avail)
