@@ -247,16 +247,22 @@ class ClusterState:
         return max(0, free.bit_count() - self.reserved[node] + gpus)
 
     def _refresh(self, node: int) -> None:
-        """Recompute a node's available count and move it in the buckets."""
+        """Recompute a node's available count and move it in the buckets (`available`, inlined:
+        the hottest path of tentative work)."""
         self.node_version += 1
-        alloc = self.alloc[node]
-        avail = self.available(node, alloc, self.exclusive[node])
+        if self.node_state[node] is not NodeState.UP or self.exclusive[node]:
+            self.index.move(node, 0)
+            self.nvl_index.move(node, 0)
+            return
+        free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
+        avail = free.bit_count() - self.reserved[node]
+        if avail <= 0:
+            self.index.move(node, 0)
+            self.nvl_index.move(node, 0)
+            return
         self.index.move(node, avail)
         masks = self.group_masks[node]
-        if avail == 0:
-            self.nvl_index.move(node, 0)
-        elif len(masks) > 1:
-            free = self.healthy[node] & ~alloc & ~self.held[node]
+        if len(masks) > 1:
             best = max((free & m).bit_count() for m in masks)
             self.nvl_index.move(node, min(best, avail))
 
