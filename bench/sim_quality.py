@@ -12,6 +12,7 @@ fairness (Jain over queues, finish-time fairness), utilisation, preemptions.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -104,6 +105,8 @@ def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]
         min_interval=MIN_INTERVAL[0], preemption=PreemptionCost(default_interval=CHECKPOINT[0])
     )
     profile = load_policy(policy, ARGS[0] if policy == "default" else None)
+    if HOLD_AFTER[0] is not None and policy == "default":
+        profile = dataclasses.replace(profile, hold_after=HOLD_AFTER[0])
     waits = Waits()
     sim = Simulation(cluster, jobs, profile, EventLog([measures.feed, waits.feed]), options)
     sim.on_cycle = waits.cycle
@@ -119,6 +122,7 @@ def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]
                 "min_interval": MIN_INTERVAL[0],
                 "checkpoint_interval": CHECKPOINT[0],
                 "args": ARGS[0] if policy == "default" else {},
+                "hold_after": profile.hold_after,
                 **row,
             }
         ),
@@ -128,6 +132,7 @@ def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]
 
 
 ARGS: list[dict[str, dict[str, Any]]] = [{}]  # plugin arguments for `default` (--arg)
+HOLD_AFTER: list[float | None] = [None]  # default's hold_after (--hold-after)
 FIRST: list[int | None] = [None]  # only the first N jobs of Philly (--first), for quick iterations
 
 
@@ -179,7 +184,9 @@ def main() -> None:
     )
     parser.add_argument("--first", type=int, help="Philly: only the first N jobs (a prefix, for iterating)")
     parser.add_argument("--arg", action="append", default=[], help="PLUGIN.KEY=VALUE for default")
+    parser.add_argument("--hold-after", type=float, help="default: seconds before estimates hold GPUs")
     args = parser.parse_args()
+    HOLD_AFTER[0] = args.hold_after
     ARGS[0] = parse_plugin_args(args.arg)
     FIRST[0] = args.first
     MIN_INTERVAL[0] = args.min_interval

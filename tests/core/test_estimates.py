@@ -92,3 +92,25 @@ def test_finished_jobs_teach_the_state_estimator() -> None:
         JobSpec(id=JobId("y"), queue="a", user="u", name="t", gpus_per_replica=2)
     )
     assert found is not None and found.seconds == 250.0
+
+
+def test_estimates_hold_gpus_only_for_a_job_that_has_waited_hold_after() -> None:
+    import dataclasses
+
+    state = _cluster()
+    profile = dataclasses.replace(load_policy("default"), hold_after=3600.0)
+    assert state.estimator is not None
+    for _ in range(3):
+        state.estimator.observe(job(gpus=4, name="small"), 600.0)
+    for i in range(2):
+        state.submit(JobSpec(id=JobId(f"s{i}"), queue="a", name="small", user="u", gpus_per_replica=4))
+    schedule(state, profile, 0.0)
+    state.submit(JobSpec(id=JobId("big"), queue="a", user="u", gpus_per_replica=8, submit_time=1.0, seq=1))
+    early = schedule(state, profile, 1.0)
+    assert early.reservations == [] and early.next_wake == 3601.0
+    assert (
+        "GPUs are reserved for it from their estimated ends at t=3601s" in early.reasons[JobId("big")].message
+    )
+    late = schedule(state, profile, 3601.0)  # past their estimates: estimated again, and held now
+    assert [r.job for r in late.reservations] == ["big"]
+    assert "reserved to start at about" in late.reasons[JobId("big")].message

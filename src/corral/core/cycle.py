@@ -351,8 +351,15 @@ class _Cycle:
             and len(self.reservations) < self.profile.max_reservations
         ):
             self.reserved_queues.add(queue)
-            found, estimate = reserve.estimated_fit(state, req, self.now)
+            hold_at = job.spec.submit_time + self.profile.hold_after
+            if hold_at > self.now:  # too early to hold GPUs on estimates: on time limits only
+                found, estimate = reserve.earliest_fit(state, req, self.now), None
+            else:
+                found, estimate = reserve.estimated_fit(state, req, self.now)
             if found is None:
+                if hold_at > self.now and state.by_estimate:
+                    self.result.wake_at(hold_at)
+                    return why_text.hold_later(why, hold_at, self.now)
                 text = "; no reservation: the GPUs it needs are held by jobs without a time limit"
                 return Reason(why.code, why.message + text, why.at)
             found = reserve.Reservation(job.spec.id, found.start, found.capacity)

@@ -103,6 +103,9 @@ class Profile:
     head_of_line: bool = False
     backfill: bool = True
     max_reservations: int = 8
+    # a reservation that rests on estimated ends (jobs without a time limit) holds GPUs only for a
+    # job that has waited this long (seconds): the longer a job waits, the firmer its hold
+    hold_after: float = 0.0
     max_preemption_tries: int = 64  # victim selections per cycle; the rest wait for the next cycle
     max_nominations: int = 16  # preemptions decided per cycle
     usage_half_life: float | None = None

@@ -76,6 +76,17 @@ def with_estimated_reservation(reason: Reason, start: float, now: float, estimat
     )
 
 
+def hold_later(reason: Reason, at: float, now: float) -> Reason:
+    """The GPUs it needs are held by jobs without a time limit: it gets a reservation from their
+    estimated ends once it has waited long enough (`Profile.hold_after`)."""
+    return Reason(
+        reason.code,
+        f"{reason.message}; the GPUs it needs are held by jobs without a time limit: GPUs are "
+        f"reserved for it from their estimated ends at {clock(at, now)}",
+        at,
+    )
+
+
 def with_protection(reason: Reason, until: float, now: float) -> Reason:
     """Jobs it could preempt are inside their `min_runtime` until `until`."""
     return Reason(

@@ -144,6 +144,7 @@ def load_policy(name: str, args: Mapping[str, Mapping[str, Any]] | None = None) 
         head_of_line=bool(spec.get("head_of_line", False)),
         backfill=bool(spec.get("backfill", True)),
         max_reservations=int(spec.get("max_reservations", 8)),
+        hold_after=float(spec.get("hold_after", 0.0)),
         usage_half_life=half_life,
         description=str(spec["description"]),
         args={k: dict(v) for k, v in args.items()},
