@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from corral.core.cycle import schedule
 from corral.core.estimates import BASES, Estimator
 from corral.core.model import INFINITY, JobId, JobSpec, NodeSpec, QueueSpec
@@ -64,7 +66,7 @@ def _cluster() -> ClusterState:
 
 def test_a_gang_behind_unlimited_jobs_is_reserved_from_their_estimated_ends() -> None:
     state = _cluster()
-    profile = load_policy("default")
+    profile = dataclasses.replace(load_policy("default"), hold_after=0.0)  # holds at once
     assert state.estimator is not None
     for _ in range(3):
         state.estimator.observe(job(gpus=4, name="small"), 600.0)
@@ -95,8 +97,6 @@ def test_finished_jobs_teach_the_state_estimator() -> None:
 
 
 def test_estimates_hold_gpus_only_for_a_job_that_has_waited_hold_after() -> None:
-    import dataclasses
-
     state = _cluster()
     profile = dataclasses.replace(load_policy("default"), hold_after=3600.0)
     assert state.estimator is not None

@@ -42,6 +42,9 @@ POLICIES: dict[str, dict[str, Any]] = {
         "victims": "priority_reclaim",
         "backfill": True,
         "max_reservations": 8,
+        # estimated ends hold GPUs for a job that has waited a day: no job waits behind jobs
+        # without a time limit for much longer than that (docs/benchmarks.md, "Overload quality")
+        "hold_after": 86400.0,
     },
     "fifo": {
         "description": "strict head-of-line FIFO in submit order: no skipping, no backfill, no preemption, "
