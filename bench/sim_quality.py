@@ -122,7 +122,7 @@ def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]
                 "min_interval": MIN_INTERVAL[0],
                 "checkpoint_interval": CHECKPOINT[0],
                 "args": ARGS[0] if policy == "default" else {},
-                "hold_after": profile.hold_after,
+                "hold_after": getattr(profile, "hold_after", None),  # absent before issue 16
                 **row,
             }
         ),
