@@ -62,3 +62,49 @@ def test_the_earliest_fit_is_the_first_release_after_which_the_gang_places(data:
             assert fast.start == long.start
             assert sum(c for _, c in fast.capacity) == sum(c for _, c in long.capacity) == req.gpus
         assert (list(state.alloc), list(state.index.avail), len(state.plan)) == before
+
+
+def _set_order(state: ClusterState, orders: tuple[tuple[tuple[int, ...], ...], ...]) -> None:
+    """Put every bucket of both indexes back in the order `FreeIndex.order` gave."""
+    for index, order in zip((state.index, state.nvl_index), orders, strict=True):
+        buckets = [b for per_class in index.buckets for bl in per_class.values() for b in bl]
+        for bucket, nodes in zip(buckets, order, strict=True):
+            bucket.clear()
+            bucket.update(dict.fromkeys(nodes))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_remembered_search_answers_and_orders_the_buckets_as_searching_does(data: st.DataObject) -> None:
+    """From the same state, reusing a remembered reservation search gives the same reservation
+    and leaves every bucket in the same order as the search itself (later best-fit ties depend
+    on it); a changed state searches again."""
+    state = data.draw(clusters())
+    n_queues = len(state.queues)
+    for start in (0, 10, 20):
+        for spec in data.draw(jobs(n_queues, start)):
+            state.submit(spec)
+        schedule(state, load_policy("default"), float(start))
+    for spec in data.draw(jobs(n_queues, 100)):
+        req = request_for(state, spec)
+        state.caches.fits.pop(req, None)
+        before = (state.index.order(), state.nvl_index.order())
+        searched = reserve.earliest_fit(state, req, 30.0)
+        after = (state.index.order(), state.nvl_index.order())
+        memo = state.caches.fits[req]
+        _set_order(state, before)
+        replayed = reserve.earliest_fit(state, req, 40.0)
+        assert state.caches.fits[req] is memo  # reused, not searched again
+        assert (state.index.order(), state.nvl_index.order()) == after
+        if searched is None:
+            assert replayed is None
+        else:
+            assert replayed == reserve.Reservation("", max(memo.end or 0.0, 40.0), searched.capacity)
+            assert searched.start == max(memo.end or 0.0, 30.0)
+    if state.running:  # an attempt ends: what a search reads has changed, so it searches again
+        job_id = next(iter(state.running))
+        state.end(job_id, requeue=False, now=50.0)
+        req = request_for(state, data.draw(jobs(n_queues, 200))[0])
+        old = state.caches.fits.get(req)
+        reserve.earliest_fit(state, req, 50.0)
+        assert old is None or state.caches.fits[req] is not old
