@@ -1,5 +1,6 @@
 """The live scheduler learns run times from its own finished jobs and keeps them across a restart
-(issue 16): a job waiting behind a job without a time limit is reserved from the estimate."""
+(issue 16): a job waiting behind a job without a time limit is told when estimates will hold
+GPUs for it."""
 
 from __future__ import annotations
 
@@ -38,10 +39,10 @@ def test_estimates_survive_a_restart_and_name_their_history(server: Server) -> N
             running = submit(c, queue="research", name="train", gpus_per_replica=6)["id"]
             _start(agent, running)
             waiting = submit(c, queue="research", name="train", gpus_per_replica=4)["id"]
-            found = wait_for(lambda: "reserved" in (j := job(c, waiting))["reason"] and j, timeout=15)
-            assert found["reason_code"] == "reserved", found
-            assert "reserved to start at about" in found["reason"], found
-            # without the history read back at start there is no estimate: no reservation at all
-            assert "(estimated" in found["reason"], found
+            # `default` holds GPUs on estimates for a job that has waited a day (hold_after): until
+            # then its reason says when; without the history read back at start there is no
+            # estimate at all ("held by jobs without a time limit", no reservation)
+            found = wait_for(lambda: "estimated ends" in (j := job(c, waiting))["reason"] and j, timeout=15)
+            assert "GPUs are reserved for it from their estimated ends at" in found["reason"], found
     finally:
         agent.close()
