@@ -16,7 +16,7 @@ Bucket = dict[int, None]
 class FreeIndex:
     """Nodes bucketed by available GPUs, per domain and node class."""
 
-    __slots__ = ("_node_lists", "avail", "buckets", "class_gpus", "trace")
+    __slots__ = ("_node_lists", "avail", "buckets", "class_gpus")
 
     def __init__(self) -> None:
         self.buckets: list[dict[int, list[Bucket]]] = []
@@ -24,7 +24,6 @@ class FreeIndex:
         self.avail: list[int] = []
         # for each node, the bucket list of every domain that holds it (root first)
         self._node_lists: list[list[list[Bucket]]] = []
-        self.trace: list[int] | None = None  # while a list: every node `move` moves, in order
 
     def add_class(self, gpus: int) -> int:
         self.class_gpus.append(gpus)
@@ -54,22 +53,6 @@ class FreeIndex:
         for bl in self._node_lists[node]:
             del bl[old][node]
             bl[new][node] = None
-        if self.trace is not None:
-            self.trace.append(node)
-
-    def order(self) -> tuple[tuple[int, ...], ...]:
-        """Every bucket's nodes in order (what best-fit ties depend on)."""
-        return tuple(tuple(b) for per_class in self.buckets for bl in per_class.values() for b in bl)
-
-    def requeue(self, nodes: Iterable[int]) -> None:
-        """Move each node to the end of its own buckets, in order: what moving the nodes away and
-        back does, when each came back last in that order."""
-        for node in nodes:
-            k = self.avail[node]
-            for bl in self._node_lists[node]:
-                bucket = bl[k]
-                del bucket[node]
-                bucket[node] = None
 
     def best_fit(self, domain: int, classes: Iterable[int], need: int) -> int:
         """The node with the fewest available GPUs that still has `need`; -1 when none."""

@@ -17,7 +17,7 @@ from heapq import merge
 from corral.core.estimates import Estimate
 from corral.core.model import INFINITY, JobId
 from corral.core.placement import Request, place
-from corral.core.state import ClusterState, FitMemo
+from corral.core.state import ClusterState
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,65 +33,7 @@ def earliest_fit(
     """When and where the gang first fits as attempts end; None if never (no time limits).
 
     `ends`: the (end, seq, job) of the attempts to release, in order (default: those with an
-    expected end, `ClusterState.by_end`; `estimated_fit` adds estimated ends, and they join the
-    fingerprint).
-
-    The search (`_search_fit`) reads the state and leaves it as it found it, except for the
-    order of nodes inside their free-count buckets (its tentative releases move nodes away and
-    back, to the end of their buckets), which later best-fit ties depend on. So its answer is
-    remembered per request with a fingerprint of everything it reads (`fingerprint`) and the
-    nodes it moved, in the order each came back last: while the fingerprint is the same, the
-    answer is the same, and moving those nodes to the end of their buckets in that order leaves
-    the buckets exactly as searching would.
-    """
-    memo = state.caches.fits.get(req)
-    key = fingerprint(state) if ends is None else (*fingerprint(state), tuple(ends))
-    if memo is None or memo.fingerprint != key:
-        index, nvl_index = state.index, state.nvl_index
-        index.trace, nvl_index.trace = [], []
-        try:
-            found = _search_fit(state, req, ends)
-            moved, nvl_moved = _last_order(index.trace), _last_order(nvl_index.trace)
-        finally:
-            index.trace = nvl_index.trace = None
-        end, capacity = found if found is not None else (None, ())
-        memo = state.caches.fits[req] = FitMemo(key, end, capacity, moved, nvl_moved)
-    else:
-        state.index.requeue(memo.moved)
-        state.nvl_index.requeue(memo.nvl_moved)
-    if memo.end is None:
-        return None
-    return Reservation("", max(memo.end, now), memo.capacity)
-
-
-def fingerprint(state: ClusterState) -> tuple[object, ...]:
-    """Everything a reservation search reads that can change between cycles: running attempts by
-    end (an attempt's (end, start sequence, id) names it, its placement with it), every node's
-    GPUs, CPUs and memory, and the order of nodes in the free-count buckets."""
-    return (
-        tuple(state.by_end),
-        tuple(state.alloc),
-        tuple(state.held),
-        tuple(state.healthy),
-        tuple(state.reserved),
-        tuple(state.node_state),
-        tuple(state.exclusive),
-        tuple(state.free_cpus),
-        tuple(state.free_memory),
-        state.index.order(),
-        state.nvl_index.order(),
-    )
-
-
-def _last_order(trace: list[int]) -> tuple[int, ...]:
-    """The nodes of a trace of moves, each once, in the order of its last move."""
-    return tuple(reversed(list(dict.fromkeys(reversed(trace)))))
-
-
-def _search_fit(
-    state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]] | None = None
-) -> tuple[float, tuple[tuple[int, int], ...]] | None:
-    """(when, where) the gang first fits as attempts end, before `now` is applied; None if never.
+    expected end, `ClusterState.by_end`; `estimated_fit` adds estimated ends).
 
     Attempts are released in order of expected end. A count of free GPUs kept outside the state
     (`_first_possible`) finds the first release after which some domain the gang may use (one
@@ -108,15 +50,15 @@ def _search_fit(
         return None
     last = len(state.topology.span_names) - 1
     if req.gpus_per_replica == 0 or req.max_span >= last:
-        return _search(state, req, ends, 0)  # anywhere: the search's own count check suffices
+        return _search(state, req, now, ends, 0)  # anywhere: the search's own count check suffices
     first, where = _first_possible(state, req, ends)
     if first is None:
         return None  # even once every attempt with an end has ended, no domain has GPUs enough
     if where is not None:
         found = _fits_inside(state, req, ends[: first + 1], where)
         if found is not None:
-            return ends[first][0], tuple(found)
-    return _search(state, req, ends, first)
+            return Reservation("", max(ends[first][0], now), tuple(found))
+    return _search(state, req, now, ends, first)
 
 
 def _placed_counts(state: ClusterState, req: Request) -> list[tuple[int, int]] | None:
@@ -155,8 +97,8 @@ def _fits_inside(
 
 
 def _search(
-    state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]], first: int
-) -> tuple[float, tuple[tuple[int, int], ...]] | None:
+    state: ClusterState, req: Request, now: float, ends: Sequence[tuple[float, int, JobId]], first: int
+) -> Reservation | None:
     """Release every attempt in order from the start; galloping then binary search from `first`."""
     base = state.plan.checkpoint()
     marks: list[int] = []  # marks[i]: plan checkpoint before release i
@@ -191,7 +133,7 @@ def _search(
         else:
             lo = mid
     state.plan.rollback(base)
-    return ends[hi][0], tuple(found)
+    return Reservation("", max(ends[hi][0], now), tuple(found))
 
 
 def _first_possible(

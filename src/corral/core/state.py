@@ -47,17 +47,6 @@ class NodeClass:
 
 
 @dataclass(slots=True)
-class FitMemo:
-    """A reservation search's answer (`reserve.earliest_fit`) for one request, and what it read."""
-
-    fingerprint: tuple[object, ...]  # `reserve.fingerprint` of the state it searched
-    end: float | None  # the reservation starts at max(end, now); None: no reservation
-    capacity: tuple[tuple[int, int], ...]
-    moved: tuple[int, ...]  # the nodes it moved in `index`, in the order each came back last
-    nvl_moved: tuple[int, ...]  # the same in `nvl_index`
-
-
-@dataclass(slots=True)
 class Caches:
     """Answers per job shape that hold until static capacity (nodes, queues) changes: the state
     replaces them all then (`ClusterState.caches`)."""
@@ -71,8 +60,6 @@ class Caches:
     any_quota: bool | None = None  # whether any queue has a quota (`fairshare`)
     # every queue's borrowing room, at the queues' use version it was computed for (`fairshare`)
     borrow_rooms: tuple[int, dict[str, tuple[int, int]]] | None = None
-    # the last reservation search per request, valid while the state it read is the same
-    fits: dict[Request, FitMemo] = field(default_factory=dict)
 
 
 class ClusterState:
