@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 
-from corral.cli.main import app
 from corral.cli.ops_cmds import PANEL
 from corral.cli.remote import JsonOpt, ServerOpt, TokenOpt, connect, fail, print_json, seconds_text, when
+from corral.cli.root import app
+from corral.cli.settings import data_dir, default_database_url
 
 # ---- admin verbs -------------------------------------------------------------------------------
 admin_app = typer.Typer(help="Control-plane operations (admins).", no_args_is_help=True)
@@ -157,7 +158,6 @@ def restore(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
 ) -> None:
     """Replace a database with a backup. Offline: stop the server (and scheduler) first."""
-    from corral.cli.settings import data_dir, default_database_url
 
     url = database_url or default_database_url(data_dir())
     if not path.is_file():

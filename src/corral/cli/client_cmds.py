@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from corral.cli.main import app
 from corral.cli.remote import (
     JsonOpt,
     ServerOpt,
@@ -26,6 +25,8 @@ from corral.cli.remote import (
     seconds_text,
     when,
 )
+from corral.cli.root import app
+from corral.cli.submit_spec import SubmitFlags, apply_flags, largest_node_gpus, load_spec_file
 
 PANEL = "Jobs"
 
@@ -89,7 +90,6 @@ def submit(
     `--gpu-model` repeats (acceptable models, or a glob such as H100*). Prints the job's id;
     with --json the job object, as `GET /v1/jobs/{id}` returns it.
     """
-    from corral.cli.submit_spec import SubmitFlags, apply_flags, load_spec_file
     from corral.core.errors import ConfigError
 
     if gpus is not None and (replicas is not None or gpus_per_replica is not None):
@@ -132,7 +132,6 @@ def submit(
 
 def _gpus_shorthand(corral: Client, gpus: int) -> dict[str, int]:
     """`--gpus N` against the largest node the server knows (an error suggests the split)."""
-    from corral.cli.submit_spec import largest_node_gpus
     from corral.config.job_spec import gpus_shorthand
     from corral.core.errors import ConfigError
 

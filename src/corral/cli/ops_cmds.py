@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 import typer
 
-from corral.cli.main import app
 from corral.cli.remote import (
     JsonOpt,
     ServerOpt,
@@ -19,6 +18,7 @@ from corral.cli.remote import (
     print_table,
     when,
 )
+from corral.cli.root import app
 
 PANEL = "Cluster and admin"
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from corral.cli.main import app
+from corral.cli.root import app
 from corral.cli.settings import data_dir, default_database_url
 
 DatabaseUrl = Annotated[

@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from corral.agent.inventory import Gpus, declared_or_detected
-from corral.cli.main import app
-from corral.cli.remote import fail
+from corral.cli.dashboard_cmd import login_link
+from corral.cli.remote import fail, say_error
+from corral.cli.root import app
+from corral.cli.settings import data_dir, default_database_url, read_config, write_config
 
 PANEL = "Control plane"
 
@@ -85,7 +87,6 @@ def up(
     ] = None,
 ) -> None:
     """Run Corral on this machine: API, scheduler and this machine as its node; Ctrl-C stops it."""
-    from corral.cli.settings import data_dir, default_database_url
     from corral.server.main import ServerOptions, check_listen, serve
 
     os.umask(0o077)  # the database, job records and logs are private (DESIGN.md 6.6)
@@ -149,7 +150,6 @@ def _join(
     """After the API answers: register the node, write the config, say what is where; then run
     this machine's node agent (heartbeats, and the workers of the jobs placed here)."""
     from corral.agent.runner import Agent
-    from corral.cli.remote import say_error
     from corral.client import ClientError
 
     try:
@@ -189,7 +189,6 @@ def _wait_healthy(url: str, timeout: float = 120.0) -> None:
 
 def _admin_token(url: str, directory: Path) -> str:
     """The admin token `corral server` wrote on a fresh database, else the one in your config."""
-    from corral.cli.settings import read_config
     from corral.client import Client, ClientError
 
     candidates = []
@@ -243,8 +242,6 @@ def _register(url: str, directory: Path, admin: str, inventory: dict[str, Any]) 
 def _announce(
     url: str, directory: Path, admin: str, inventory: dict[str, Any], gpus: Gpus, user: str | None
 ) -> None:
-    from corral.cli.dashboard_cmd import login_link
-    from corral.cli.settings import write_config
     from corral.client import Client, ClientError
 
     config = write_config({"server": url, "token": admin})

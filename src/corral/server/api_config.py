@@ -17,7 +17,6 @@ from starlette.responses import Response
 
 from corral.core.errors import ConfigError
 from corral.policies.registry import policy_arguments
-from corral.server.app import json_response
 from corral.server.auth import Principal
 from corral.server.caller import ctx_of, require_admin, who_of
 from corral.server.cluster import ClusterModel, apply_revision
@@ -25,6 +24,7 @@ from corral.server.config_check import LiveConflict
 from corral.server.context import Context
 from corral.server.errors import MAX_INT, ApiError
 from corral.server.jobs import queues_of
+from corral.server.responses import json_response
 from corral.store import schema
 
 router = APIRouter()

@@ -14,12 +14,13 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select
 from starlette.responses import Response
 
-from corral.server.app import json_response
 from corral.server.auth import Principal
 from corral.server.caller import ctx_of, who_of
 from corral.server.context import Context
+from corral.server.dashboard import LINK_SECONDS, bearer_of, links_of
 from corral.server.errors import ApiError
 from corral.server.jobs import queues_of
+from corral.server.responses import json_response
 from corral.server.series import choose_window, series
 from corral.store import schema
 
@@ -170,8 +171,6 @@ async def get_report(request: Request, name: str) -> Response:
 async def make_login_link(request: Request) -> Response:
     """A one-time code that signs the dashboard in as you: open `/login#code=CODE` within the hour.
     The code is kept in this API process's memory only, and works once."""
-    from corral.server.dashboard import LINK_SECONDS, bearer_of, links_of
-
     who = who_of(request)
     _no_agents(who, "the dashboard")
     code = links_of(request.app).create(bearer_of(request.headers.get("authorization", "")), time.monotonic())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Body, Query, Request
@@ -12,36 +11,22 @@ from sqlalchemy import Connection, select, update
 from starlette.responses import Response
 
 from corral.server import metrics
-from corral.server.app import json_response
 from corral.server.auth import Principal
 from corral.server.caller import ctx_of, who_of
 from corral.server.context import Context
 from corral.server.errors import MAX_CURSOR, ApiError
-from corral.server.jobs import ACTIVE_STATES, LIVE_STATES, job_json, new_job_json, prepare
+from corral.server.job_views import PUBLIC_EVENTS
+from corral.server.job_views import no_agents as _no_agents
+from corral.server.job_views import placements as _placements
+from corral.server.job_views import visible_job as _get
+from corral.server.jobs import ACTIVE_STATES, job_json, new_job_json, prepare
+from corral.server.responses import json_response
 from corral.store import schema
 from corral.store.engine import dumps
 
 router = APIRouter(tags=["jobs"])
 
 STATES = ("pending", "starting", "running", "stopping", "finished", "failed", "cancelled", "rejected")
-PUBLIC_EVENTS = (
-    "cluster",
-    "submit",
-    "start",
-    "preempting",
-    "preempt",
-    "lost",
-    "restart",
-    "finish",
-    "fail",
-    "cancel",
-    "reject",
-)
-
-
-def _no_agents(who: Principal) -> None:
-    if who.role == "agent":
-        raise ApiError(403, "agent tokens may not use the jobs API", fix="use a member or admin token")
 
 
 @router.post("/jobs", status_code=201)
@@ -69,19 +54,6 @@ async def submit_job(ctx: Context, who: Principal, spec: object) -> dict[str, An
 def _visible(who: Principal) -> Any:
     j = schema.jobs
     return None if who.is_admin else (j.c.team == who.team)
-
-
-def _placements(conn: Connection, rows: Sequence[Any]) -> dict[tuple[str, int], list[dict[str, Any]]]:
-    a = schema.attempts
-    keys = [(r.id, r.attempt) for r in rows if r.state in LIVE_STATES]
-    if not keys:
-        return {}
-    found = conn.execute(
-        select(a.c.job_id, a.c.attempt, a.c.placement).where(
-            a.c.job_id.in_([k[0] for k in keys]), a.c.state != "ended"
-        )
-    ).all()
-    return {(r.job_id, r.attempt): json.loads(r.placement) for r in found}
 
 
 def _list(
@@ -139,16 +111,6 @@ async def list_jobs(
             wanted.append(s)
     rows = await run_in_threadpool(_list, ctx_of(request), who, wanted, queue, user, limit, after, before)
     return json_response({"jobs": rows})
-
-
-def _get(ctx: Context, who: Principal, job_id: str) -> tuple[Any, list[dict[str, Any]]]:
-    j = schema.jobs
-    with ctx.engines.reader.connect() as conn:
-        row = conn.execute(select(j).where(j.c.id == job_id)).first()
-        if row is None or not (who.is_admin or row.team == who.team):
-            raise ApiError(404, f"no job {job_id} that you may see", fix="list yours with `corral jobs`")
-        places = _placements(conn, [row])
-    return row, places.get((row.id, row.attempt), [])
 
 
 @router.get("/jobs/{job_id}")

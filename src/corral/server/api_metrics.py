@@ -16,7 +16,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from corral.server.api_nodes import gpu_owners
+from corral.server.allocations import gpu_owners
 from corral.server.context import Context
 from corral.store import schema
 

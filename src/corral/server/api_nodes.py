@@ -17,32 +17,22 @@ from starlette.responses import Response
 
 from corral.config.gpu_models import normalise_gpu_model
 from corral.core.model import NodeName, NodeSpec, NodeState
-from corral.server.app import json_response
+from corral.server.allocations import gpu_owners
+from corral.server.attempts import requeue_attempt
 from corral.server.auth import Principal
 from corral.server.caller import ctx_of, require_admin, who_of
 from corral.server.cluster import cluster_event, node_spec_of, node_values
 from corral.server.context import Context
 from corral.server.errors import MAX_CURSOR, MAX_INT, ApiError
-from corral.server.liveness import lease_for
+from corral.server.liveness import apply_gpu_health, apply_unclean, lease_for, set_responding
+from corral.server.responses import invalid_request, json_response
 from corral.store import schema
-from corral.store.engine import dumps
 
 router = APIRouter()
 HEARTBEAT_INTERVAL = 5.0
 
 
 # ---- nodes ---------------------------------------------------------------------------------
-def gpu_owners(conn: Connection) -> dict[tuple[str, int], Any]:
-    """(node, GPU) -> the live allocation's job, attempt, queue, team and user."""
-    al, j = schema.allocations, schema.jobs
-    rows = conn.execute(
-        select(al.c.node, al.c.gpu, al.c.job_id, al.c.attempt, j.c.queue, j.c.team, j.c.user)
-        .join(j, j.c.id == al.c.job_id)
-        .where(al.c.live == 1)
-    ).all()
-    return {(r.node, r.gpu): r for r in rows}
-
-
 def _gpus_of(
     ctx: Context, row: Any, owners: dict[tuple[str, int], Any], who: Principal
 ) -> list[dict[str, Any]]:
@@ -175,47 +165,6 @@ def _drain_attempts(ctx: Context, conn: Connection, node: str, deadline: float, 
     for r in live:
         grace = json.loads(r.request)["checkpoint"]["grace"]
         requeue_attempt(ctx, conn, r.job_id, r.attempt, json.loads(r.placement), grace, deadline, by, "drain")
-
-
-def requeue_attempt(
-    ctx: Context,
-    conn: Connection,
-    job: str,
-    attempt: int,
-    placement: list[dict[str, Any]],
-    grace: float,
-    signal_in: float,
-    by: str,
-    why: str,
-) -> bool:
-    """Stop a live attempt by the checkpoint contract (the signal in `signal_in` s, the grace, a
-    kill) and put its job back in its queue: a disruption, not a failure. False if it was not live."""
-    a, j = schema.attempts, schema.jobs
-    stop_at = ctx.clock() + signal_in
-    changed = conn.execute(
-        update(a)
-        .where(a.c.job_id == job, a.c.attempt == attempt, a.c.state.in_(("starting", "running")))
-        .values(state="stopping", stop_kind="requeue", stop_by=by, deadline=stop_at + grace)
-    ).rowcount
-    if changed != 1:
-        return False
-    conn.execute(
-        update(j)
-        .where(j.c.id == job, j.c.attempt == attempt)
-        .values(state="stopping", version=j.c.version + 1)
-    )
-    order = {
-        "kind": "stop",
-        "job": job,
-        "attempt": attempt,
-        "grace": grace,
-        "signal_in": signal_in,
-        "why": why,
-    }
-    for target in sorted({p["node"] for p in placement}):
-        conn.execute(schema.outbox.insert().values(node=target, body=dumps(order)))
-    ctx.journal(conn, [{"event": "x.stop", "job": job, "attempt": attempt, "deadline": stop_at + grace}])
-    return True
 
 
 class NodeChange(BaseModel):
@@ -413,8 +362,6 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
         conn, [{"event": "x.node", "node": reg.node, "state": state.value, "incarnation": incarnation}]
     )
     if reg.unhealthy or (row is not None and row["unhealthy"] not in ("", "{}")):
-        from corral.server.liveness import apply_gpu_health
-
         apply_gpu_health(ctx, conn, reg.node, reg.unhealthy)
     # orders before this point are for attempts the agent runs (live) or that ended: an agent that
     # read them from the start would launch old attempts again
@@ -559,12 +506,7 @@ async def _plain_heartbeat(request: Request) -> Response:
     try:
         beat = Heartbeat.model_validate_json(await request.body())
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
-        )
-        raise ApiError(
-            422, f"invalid request: {problems}", fix="see /openapi.json for the request shape"
-        ) from None
+        raise invalid_request(exc.errors(), empty="body") from None
     return await heartbeat(request, request.path_params["node"], beat)
 
 
@@ -586,22 +528,16 @@ async def heartbeat(request: Request, node: str, beat: Heartbeat) -> Response:
         await run_in_threadpool(_incarnation, ctx, node, beat.incarnation)
     ctx.heartbeats[node] = time.monotonic()
     if node in ctx.silent:  # silent for a while, answering again: takes new work again
-        from corral.server.liveness import set_responding
-
         await ctx.write(lambda conn: set_responding(ctx, conn, [node], True))
         ctx.silent.discard(node)
         ctx.invalidate_model()
     if beat.gpus is not None:
         ctx.gpu_samples[node] = [g.model_dump() for g in beat.gpus]
     if beat.unclean is not None and bool(beat.unclean) != (node in ctx.unclean):
-        from corral.server.liveness import apply_unclean
-
         stuck = list(beat.unclean)
         await ctx.write(lambda conn: apply_unclean(ctx, conn, node, stuck))
         ctx.invalidate_model()
     if beat.unhealthy is not None and beat.unhealthy != ctx.gpu_health.get(node, {}):
-        from corral.server.liveness import apply_gpu_health
-
         bad = dict(beat.unhealthy)
         await ctx.write(lambda conn: apply_gpu_health(ctx, conn, node, bad))
         ctx.gpu_health[node] = bad
@@ -654,10 +590,7 @@ async def _plain_assignments(request: Request) -> Response:
     try:
         poll = Poll.model_validate(dict(request.query_params))
     except ValidationError as exc:
-        problems = "; ".join(f"query.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise ApiError(
-            422, f"invalid request: {problems}", fix="see /openapi.json for the request shape"
-        ) from None
+        raise invalid_request(exc.errors(), prefix="query.") from None
     return await assignments(request, request.path_params["node"], poll.after, poll.wait)
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
+from corral.server.attempts import requeue_attempt
 from corral.server.cluster import get_setting, put_setting
 from corral.server.context import Context
 from corral.store import schema
@@ -218,8 +219,6 @@ def apply_gpu_health(
 ) -> dict[str, Any] | None:
     """Write a node's changed GPU health: drain it with the reason, and stop each attempt on a newly
     unhealthy GPU so that it is requeued. None when nothing changed."""
-    from corral.server.api_nodes import requeue_attempt
-
     n, al, a, j = schema.nodes, schema.allocations, schema.attempts, schema.jobs
     row = conn.execute(select(n.c.unhealthy, n.c.state, n.c.reason).where(n.c.name == node)).first()
     if row is None:

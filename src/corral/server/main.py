@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, func, select
+from sqlalchemy.engine import make_url
 
+from corral.config.yaml_source import load_yaml
+from corral.server.auth import create_token
+from corral.server.cluster import apply_revision, get_setting, put_setting
+from corral.server.context import Context
+from corral.server.liveness import mark_unheard
+from corral.server.throttle import FailedAuthThrottle
 from corral.store import schema
 from corral.store.engine import Engines, make_engines, upgrade
 from corral.store.inuse import DatabaseInUse, Lease, hold
@@ -69,11 +76,6 @@ def check_listen(opts: ServerOptions) -> None:
 
 def prepare_store(opts: ServerOptions) -> tuple[Engines, str | None]:
     """Migrate; apply the cluster file as a new revision when given; make the first admin token."""
-    from corral.config.yaml_source import load_yaml
-    from corral.server.auth import create_token
-    from corral.server.cluster import apply_revision, get_setting, put_setting
-    from corral.server.liveness import mark_unheard
-
     engines = make_engines(opts.database_url, opts.durability)
     upgrade(engines)
     token = None
@@ -141,8 +143,6 @@ def _file_digest(path: Path) -> str:
 
 def _is_active_file(conn: Connection, digest: str) -> bool:
     """True when the active revision was made from a file of this digest (setting `config.file`)."""
-    from corral.server.cluster import get_setting
-
     active = get_setting(conn, "config.active")
     return bool(digest) and active is not None and get_setting(conn, "config.file") == f"{digest} {active}"
 
@@ -206,11 +206,11 @@ def serve(opts: ServerOptions) -> None:
     if token is not None:
         path = opts.data_dir / "admin-token"
         print(f"corral: first admin token written to {path}", file=sys.stderr)
+    # the web stack is imported here, not above: the scheduler process imports this module (for
+    # `hold_database`) and runs no HTTP server
     import uvicorn
 
     from corral.server.app import create_app
-    from corral.server.context import Context
-    from corral.server.throttle import FailedAuthThrottle
 
     scheduler = Supervisor(opts, dict(os.environ)) if opts.scheduler else None
     ctx = Context(
@@ -255,8 +255,6 @@ def serve(opts: ServerOptions) -> None:
 
 def banner(opts: ServerOptions) -> str:
     """What `corral server` prints once it listens: where the API, the dashboard and the data are."""
-    from sqlalchemy.engine import make_url
-
     scheme = "https" if opts.tls_cert and opts.tls_key else "http"
     host = f"[{opts.host}]" if ":" in opts.host else opts.host
     url = f"{scheme}://{host}:{opts.port}"

@@ -43,7 +43,7 @@ from corral.server.jobs import spec_from_json
 from corral.server.reasons import ReasonBook, ReasonChange
 from corral.server.restore import unapplied_exits
 from corral.store import schema
-from corral.store.engine import Engines
+from corral.store.engine import Engines, make_engines
 
 log = logging.getLogger("corral.scheduler")
 
@@ -540,8 +540,6 @@ def _decided(result: CycleResult) -> bool:
 
 def main(url: str, policy: str = "default") -> None:
     """Entry point of `corral scheduler` (the server starts it as its own process)."""
-    from corral.store.engine import make_engines
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s scheduler %(levelname)s %(message)s")
     engines = make_engines(url)
     Scheduler(engines, policy).run()
