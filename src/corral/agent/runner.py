@@ -41,13 +41,24 @@ from corral.agent.sandbox import (
     wrap,
 )
 from corral.client import Client, ClientError
+from corral.protocol import (
+    HeartbeatAnswer,
+    LocalAttempt,
+    Orders,
+    Registered,
+    Registration,
+    Report,
+    ReportStatus,
+    StartOrder,
+    StopOrder,
+    check_version,
+)
 
 log = logging.getLogger("corral.agent")
 
 KILL_AFTER = 5.0  # SIGTERM, then SIGKILL after this long, for the survivors of a failed rank
 POLL_WAIT = 30.0
 TICK = 0.05
-LEASE = 20.0  # seconds a heartbeat's lease lasts unless the server says otherwise
 HEARTBEAT_RETRY = 0.2  # after a failed heartbeat, the next one this soon, doubling ...
 HEARTBEAT_RETRY_MAX = 2.0  # ... to at most this (with jitter): many tries inside one lease
 HEARTBEAT_TIMEOUT = 5.0  # a heartbeat unanswered this long has failed (then retried)
@@ -548,24 +559,26 @@ class Agent:
         of attempts the server has ended, then join again clean (DESIGN.md 6.1)."""
         with self._register_lock:
             with self._lock:
-                running = [{"job": j, "attempt": n} for j, n in self.attempts]
+                running = [LocalAttempt(job=j, attempt=n) for j, n in self.attempts]
             sent = time.monotonic()
-            body = {**self.inventory, "running": running, "unhealthy": self.health.unhealthy()}
-            out = self.api.register_agent(body)
-            self.incarnation = int(out["incarnation"])
-            self.after = max(self.after, int(out.get("after") or 0))
-            self.interval = float(out.get("heartbeat_interval_s", 5.0))
-            records.write_lease(self.data_dir, sent + float(out.get("lease_s", LEASE)))
-            log.info("node %s registered, incarnation %s (%s)", self.node, self.incarnation, out.get("state"))
-            stale = [tuple(x.split("/")) for x in out.get("stale") or []]
+            body = Registration(**self.inventory, running=running, unhealthy=self.health.unhealthy())
+            answer = self.api.register_agent(body.model_dump(mode="json"))
+            out = Registered.model_validate(answer)
+            check_version(out.protocol)
+            self.incarnation = out.incarnation
+            self.after = max(self.after, out.after)
+            self.interval = out.heartbeat_interval_s
+            records.write_lease(self.data_dir, sent + out.lease_s)
+            log.info("node %s registered, incarnation %s (%s)", self.node, self.incarnation, out.state)
+            stale = out.stale_keys()
             if stale:
                 threading.Thread(target=self._clean, args=(stale,), daemon=True).start()
-            return dict(out)
+            return dict(answer)
 
-    def _clean(self, stale: list[tuple[str, ...]]) -> None:
+    def _clean(self, stale: list[tuple[str, int]]) -> None:
         """Kill what the server says has ended here, wait for it, and join again clean."""
         with self._lock:
-            runs = [self.attempts.get((job, int(n))) for job, n in stale]
+            runs = [self.attempts.get(key) for key in stale]
         for run in runs:
             if run is not None:
                 log.warning("job %s attempt %s has ended on the server: killing it", run.job, run.number)
@@ -627,7 +640,7 @@ class Agent:
             out = self.beats.heartbeat(
                 self.node, self.incarnation, samples, self.health.unhealthy(), unclean=unclean
             )
-            records.write_lease(self.data_dir, sent + float(out.get("lease_s", LEASE)))
+            records.write_lease(self.data_dir, sent + HeartbeatAnswer.model_validate(out).lease_s)
             if self.attempts:
                 fence.ensure(self.data_dir)
             return True
@@ -664,21 +677,21 @@ class Agent:
     ) -> bool:
         """Send one report; False when the server could not be reached before the agent stopped
         (an `exited` report is retried until then: a lost exit would strand the job's GPUs)."""
-        body = {
-            "job": job,
-            "attempt": attempt,
-            "status": status,
-            "exit_code": exit_code,
-            "rank": rank,
-            **{k: v for k, v in more.items() if v not in (None, "")},
-        }
+        fields = {k: v for k, v in more.items() if v not in (None, "")}
         tries = 0
         while status == "exited" or tries < 20:
             tries += 1
             try:
-                self.api.request(
-                    "POST", f"/v1/agents/{self.node}/reports", body={"incarnation": self.incarnation, **body}
+                body = Report(
+                    incarnation=self.incarnation,
+                    job=job,
+                    attempt=attempt,
+                    status=ReportStatus(status),
+                    exit_code=exit_code,
+                    rank=rank,
+                    **fields,
                 )
+                self.api.request("POST", f"/v1/agents/{self.node}/reports", body=body.body())
                 return True
             except ClientError as err:
                 if err.status == 409 and "incarnation" in err.message:
@@ -699,15 +712,15 @@ class Agent:
         return False
 
     # ---- orders ---------------------------------------------------------------------------
-    def handle(self, orders: list[dict[str, Any]]) -> None:
-        stops = {(str(o["job"]), int(o["attempt"])) for o in orders if o.get("kind") == "stop"}
+    def handle(self, orders: list[StartOrder | StopOrder]) -> None:
+        stops = {(o.job, o.attempt) for o in orders if isinstance(o, StopOrder)}
         latest: dict[str, int] = {}
         for o in orders:
-            if o.get("kind") == "start":
-                latest[str(o["job"])] = max(latest.get(str(o["job"]), 0), int(o["attempt"]))
+            if isinstance(o, StartOrder):
+                latest[o.job] = max(latest.get(o.job, 0), o.attempt)
         for o in orders:
-            key = (str(o["job"]), int(o["attempt"]))
-            if o.get("kind") == "start":
+            key = (o.job, o.attempt)
+            if isinstance(o, StartOrder):
                 # a start already stopped, or superseded, in the same batch (a replay) is not run
                 if key in stops or key[1] < latest[key[0]]:
                     self.done.add(key)
@@ -715,18 +728,16 @@ class Agent:
                 with self._lock:
                     if key in self.attempts or key in self.done:
                         continue
-                    run = Attempt(self, o)
+                    run = Attempt(self, o.model_dump(mode="json"))
                     self.attempts[key] = run
                 log.info("job %s attempt %s: starting", *key)
                 run.thread.start()
-            elif o.get("kind") == "stop":
+            else:
                 with self._lock:
                     run_or_none = self.attempts.get(key)
                 if run_or_none is not None:
-                    log.info("job %s attempt %s: stop (%s)", key[0], key[1], o.get("why", ""))
-                    run_or_none.request_stop(
-                        float(o.get("grace") or 0.0), float(o.get("signal_in") or 0.0), str(o.get("why", ""))
-                    )
+                    log.info("job %s attempt %s: stop (%s)", key[0], key[1], o.why.value)
+                    run_or_none.request_stop(o.grace, o.signal_in or 0.0, o.why.value)
                 else:
                     self.done.add(key)
 
@@ -768,13 +779,13 @@ class Agent:
                     log.warning("assignments: %s", err.message)
                 self.stopping.wait(1.0)
                 continue
-            orders = out.get("orders") or []
+            orders = Orders.model_validate(out).orders
             if self.incarnation != incarnation:
                 # registered again while this poll was out (a cut link delivers its answer late):
                 # orders up to the registration's cursor are for attempts it found live or ended
-                orders = [o for o in orders if int(o["seq"]) > self.after]
+                orders = [o for o in orders if o.seq > self.after]
             if orders:
-                self.after = int(orders[-1]["seq"])
+                self.after = orders[-1].seq
                 self.handle(orders)
 
     def shutdown(self, kill: bool = True) -> int:

@@ -15,6 +15,7 @@ import typer
 from corral.cli import settings
 from corral.cli.remote import fail
 from corral.cli.root import app
+from corral.protocol import ProtocolMismatch
 
 
 @app.command(rich_help_panel="Control plane")
@@ -116,5 +117,7 @@ def agent(
         typer.echo("corral agent: stopped")
     except ClientError as err:
         fail(f"corral agent: {err.message}", err.fix)
+    except ProtocolMismatch as exc:
+        fail(f"corral agent: {exc}")
     finally:
         runner.shutdown()

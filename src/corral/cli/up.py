@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from corral.agent.inventory import Gpus, declared_or_detected
+from corral.agent.inventory import Gpus, declared_or_detected, inventory
 from corral.cli.dashboard_cmd import login_link
 from corral.cli.remote import fail, say_error
 from corral.cli.root import app
@@ -39,20 +39,9 @@ DECLARE_HINT = "corral up --gpus 8 --gpu-model H100-80GB"
 
 
 def local_inventory(node: str, gpus: Gpus) -> dict[str, Any]:
-    """The registration body for this machine (the agents' API)."""
-    try:
-        memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    except (ValueError, OSError, AttributeError):
-        memory_gib = 0.0
-    return {
-        "node": node,
-        "gpus": gpus.count,
-        "gpu_model": gpus.model,
-        "gpu_memory_gib": gpus.memory_gib,
-        "cpus": os.cpu_count() or 0,
-        "memory_gib": round(memory_gib, 1),
-        "address": "127.0.0.1",
-    }
+    """The registration body for this machine: the agent's own (`corral.agent.inventory`), NVLink
+    domains included, at the loopback address."""
+    return inventory(node, gpus, "127.0.0.1")
 
 
 def _port_is_free(host: str, port: int) -> bool:

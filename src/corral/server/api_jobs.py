@@ -10,7 +10,9 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import Connection, select, update
 from starlette.responses import Response
 
+from corral.protocol import StopWhy
 from corral.server import metrics
+from corral.server.attempts import Stop, nodes_of, stop_attempt
 from corral.server.auth import Principal
 from corral.server.caller import ctx_of, who_of
 from corral.server.context import Context
@@ -22,7 +24,6 @@ from corral.server.job_views import visible_job as _get
 from corral.server.jobs import ACTIVE_STATES, job_json, new_job_json, prepare
 from corral.server.responses import json_response
 from corral.store import schema
-from corral.store.engine import dumps
 
 router = APIRouter(tags=["jobs"])
 
@@ -197,32 +198,13 @@ def _change(ctx: Context, who: Principal, job_id: str, action: str, conn: Connec
         if action == "requeue" and not who.is_admin and row.team != who.team:
             raise ApiError(403, "only the job's team or an admin may requeue it")
         grace = json.loads(row.request)["checkpoint"]["grace"]
-        deadline = now + grace
         kind = "cancel" if action == "cancel" else "requeue"
-        changed = conn.execute(
-            update(a)
-            .where(a.c.job_id == job_id, a.c.attempt == row.attempt, a.c.state.in_(("starting", "running")))
-            .values(state="stopping", stop_kind=kind, stop_by=who.name, deadline=deadline)
-        ).rowcount
-        if changed != 1:
-            raise ApiError(409, f"job {job_id} changed meanwhile", fix="try again")
-        conn.execute(update(j).where(*guard).values(state="stopping", version=j.c.version + 1))
         placement = conn.execute(
             select(a.c.placement).where(a.c.job_id == job_id, a.c.attempt == row.attempt)
         ).scalar_one()
-        for node in sorted({p["node"] for p in json.loads(placement)}):
-            conn.execute(
-                schema.outbox.insert().values(
-                    node=node,
-                    body=dumps(
-                        {"kind": "stop", "job": job_id, "attempt": row.attempt, "grace": grace, "why": kind}
-                    ),
-                )
-            )
-        ctx.journal(
-            conn,
-            [{"event": "x.stop", "job": job_id, "attempt": row.attempt, "deadline": deadline, "kind": kind}],
-        )
+        stop = Stop(job_id, row.attempt, kind, who.name, now + grace, grace, StopWhy(kind))
+        if not stop_attempt(conn, stop, nodes_of(json.loads(placement)), ctx.journal):
+            raise ApiError(409, f"job {job_id} changed meanwhile", fix="try again")
     elif action == "requeue" and state == "pending":
         pass  # already waiting: nothing to do
     elif state == "stopping" and action == "cancel":

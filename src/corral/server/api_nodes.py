@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import time
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -17,19 +17,32 @@ from starlette.responses import Response
 
 from corral.config.gpu_models import normalise_gpu_model
 from corral.core.model import NodeName, NodeSpec, NodeState
-from corral.server.allocations import gpu_owners
+from corral.protocol import (
+    HEARTBEAT_INTERVAL,
+    PROTOCOL_VERSION,
+    Heartbeat,
+    LocalAttempt,
+    Poll,
+    Registered,
+    Registration,
+    Report,
+    ReportStatus,
+    StopWhy,
+    mismatch_message,
+    stop_order,
+)
+from corral.server.allocations import attempts_on, gpu_owners
 from corral.server.attempts import requeue_attempt
 from corral.server.auth import Principal
 from corral.server.caller import ctx_of, require_admin, who_of
 from corral.server.cluster import cluster_event, node_spec_of, node_values
 from corral.server.context import Context
-from corral.server.errors import MAX_CURSOR, MAX_INT, ApiError
+from corral.server.errors import MAX_CURSOR, ApiError
 from corral.server.liveness import apply_gpu_health, apply_unclean, lease_for, set_responding
 from corral.server.responses import invalid_request, json_response
 from corral.store import schema
 
 router = APIRouter()
-HEARTBEAT_INTERVAL = 5.0
 
 
 # ---- nodes ---------------------------------------------------------------------------------
@@ -154,17 +167,8 @@ def _set_state(
 
 def _drain_attempts(ctx: Context, conn: Connection, node: str, deadline: float, by: str) -> None:
     """Tell every attempt on the node to checkpoint and stop at the deadline; they are requeued."""
-    a, al, j = schema.attempts, schema.allocations, schema.jobs
-    live = conn.execute(
-        select(a.c.job_id, a.c.attempt, a.c.placement, j.c.request)
-        .join(al, (al.c.job_id == a.c.job_id) & (al.c.attempt == a.c.attempt))
-        .join(j, j.c.id == a.c.job_id)
-        .where(al.c.node == node, al.c.live == 1, a.c.state.in_(("starting", "running")))
-        .distinct()
-    ).all()
-    for r in live:
-        grace = json.loads(r.request)["checkpoint"]["grace"]
-        requeue_attempt(ctx, conn, r.job_id, r.attempt, json.loads(r.placement), grace, deadline, by, "drain")
+    for x in attempts_on(conn, node):
+        requeue_attempt(ctx, conn, x.job, x.attempt, x.placement, x.grace, deadline, by, StopWhy.DRAIN)
 
 
 class NodeChange(BaseModel):
@@ -197,40 +201,6 @@ async def change_node(request: Request, name: str, action: str, body: NodeChange
 
 
 # ---- agents --------------------------------------------------------------------------------
-MAX_NODE_GPUS = 1024  # GPUs one node may declare (a bound, so that a huge number is a 422)
-# `unhealthy` maps a GPU index, written as a string (a JSON key), to why it is unhealthy
-GpuIndexKey = Annotated[str, Field(pattern=r"^(0|[1-9][0-9]{0,3})$")]
-Why = Annotated[str, Field(max_length=500)]
-
-
-class Registration(BaseModel):
-    node: str = Field(min_length=1, max_length=200)
-    gpus: int = Field(ge=0, le=MAX_NODE_GPUS)
-    gpu_model: str = ""
-    gpu_memory_gib: float = Field(0.0, ge=0, le=1 << 20)
-    cpus: int = Field(0, ge=0, le=1 << 20)
-    memory_gib: float = Field(0.0, ge=0, le=1 << 30)
-    labels: dict[str, str] = Field(default_factory=dict)
-    nvlink: list[list[Annotated[int, Field(ge=0, lt=MAX_NODE_GPUS)]]] = Field(default_factory=list)
-    address: str = ""
-    network: dict[str, Any] = Field(default_factory=dict)
-    logs_url: str = Field("", max_length=300, description="where the agent serves worker logs")
-    running: list[LocalAttempt] = Field(
-        default_factory=list, description="attempts whose workers run on the node now (a restarted agent's)"
-    )
-    unhealthy: dict[GpuIndexKey, Why] = Field(
-        default_factory=dict, description="GPU index -> why it is unhealthy"
-    )
-
-
-class LocalAttempt(BaseModel):
-    job: str
-    attempt: int = Field(ge=1, le=MAX_INT)
-
-
-Registration.model_rebuild()
-
-
 def _agent(who: Principal, node: str, *, registering: bool = False) -> None:
     if who.role != "agent" and not who.is_admin:
         raise ApiError(403, "only an agent token may act for a node", fix="use the node's join token")
@@ -369,18 +339,19 @@ def _register(ctx: Context, who: Principal, reg: Registration, conn: Connection)
         select(func.max(schema.outbox.c.seq)).where(schema.outbox.c.node == reg.node)
     ).scalar()
     _resend_stops(conn, reg.node, live)
-    return {
-        "node": reg.node,
-        "incarnation": incarnation,
-        "after": int(after or 0),
-        "live": live,
-        "stale": stale,
-        "state": state.value,
-        "reason": reason,
+    answer = Registered(
+        node=reg.node,
+        incarnation=incarnation,
+        after=int(after or 0),
+        live=[LocalAttempt(job=x["job"], attempt=x["attempt"]) for x in live],
+        stale=stale,
+        state=state.value,
+        reason=reason,
         # several heartbeats per lease, so one lost request does not let the fence kill the workers
-        "heartbeat_interval_s": min(HEARTBEAT_INTERVAL, lease_for(ctx) / 4),
-        "lease_s": lease_for(ctx),
-    }
+        heartbeat_interval_s=min(HEARTBEAT_INTERVAL, lease_for(ctx) / 4),
+        lease_s=lease_for(ctx),
+    )
+    return answer.model_dump(mode="json")
 
 
 def _resend_stops(conn: Connection, node: str, live: list[dict[str, Any]]) -> None:
@@ -449,6 +420,8 @@ async def register(request: Request, reg: Registration) -> Response:
     """An agent joins: its node becomes `up` (a declared node whose inventory differs is drained)."""
     ctx, who = ctx_of(request), who_of(request)
     _agent(who, reg.node, registering=True)
+    if reg.protocol != PROTOCOL_VERSION:
+        raise ApiError(426, mismatch_message(reg.protocol), fix="upgrade the older of the two")
     # heard from now, before the row says `registered`: the liveness thread must not measure the
     # node's silence from the server's start (it would declare a joining node silent or lost)
     ctx.heartbeats[reg.node] = time.monotonic()
@@ -463,21 +436,6 @@ async def register(request: Request, reg: Registration) -> Response:
         ctx.lost.discard(reg.node)
     ctx.invalidate_model()
     return json_response(out)
-
-
-class GpuSample(BaseModel):
-    index: int = Field(ge=0, lt=MAX_NODE_GPUS)
-    uuid: str = Field("", max_length=100)
-    utilization: float | None = Field(None, ge=0, le=1)
-    memory_used_bytes: int | None = Field(None, ge=0, le=1 << 60)
-    memory_total_bytes: int | None = Field(None, ge=0, le=1 << 60)
-
-
-class Heartbeat(BaseModel):
-    incarnation: int = Field(ge=-MAX_INT, le=MAX_INT)
-    gpus: list[GpuSample] | None = Field(None, max_length=64, description="NVML samples, where present")
-    unhealthy: dict[GpuIndexKey, Why] | None = Field(None, description="GPU index -> why it is unhealthy")
-    unclean: list[str] | None = Field(None, description="attempts whose processes survived a kill")
 
 
 def _incarnation(ctx: Context, node: str, incarnation: int) -> None:
@@ -566,21 +524,8 @@ def _assignments(ctx: Context, node: str, after: int) -> list[dict[str, Any]]:
             }
     for i, x in enumerate(orders):
         if x.get("kind") == "start" and (str(x["job"]), int(x["attempt"])) in ended:
-            orders[i] = {
-                "kind": "stop",
-                "job": x["job"],
-                "attempt": x["attempt"],
-                "grace": 0.0,
-                "signal_in": 0.0,
-                "why": "ended",
-                "seq": x["seq"],
-            }
+            orders[i] = dict(stop_order(x["job"], x["attempt"], 0.0, StopWhy.ENDED, 0.0), seq=x["seq"])
     return orders
-
-
-class Poll(BaseModel):
-    after: int = Field(0, ge=0, le=MAX_CURSOR)
-    wait: float = Field(0.0, ge=0, le=60)
 
 
 async def _plain_assignments(request: Request) -> Response:
@@ -626,20 +571,6 @@ async def assignments(
             await asyncio.wait_for(woken.wait(), left)
 
 
-class Report(BaseModel):
-    incarnation: int = Field(ge=-MAX_INT, le=MAX_INT)
-    job: str
-    attempt: int = Field(ge=1, le=MAX_INT)
-    status: str = Field(description="running | exited | checkpoint")
-    exit_code: int | None = Field(None, ge=-MAX_INT, le=MAX_INT)
-    rank: int | None = Field(None, ge=0, le=MAX_INT)
-    why: str = Field("", max_length=32, description="exited: time_limit | setup | launch, when known")
-    message: str = Field("", max_length=2000, description="exited: what went wrong, for people")
-    log_tail: str = Field("", max_length=8000, description="exited: last lines of the failing rank's log")
-    step: int | None = Field(None, ge=-(2**63), lt=2**63, description="checkpoint: the step the job recorded")
-    age_s: float | None = Field(None, ge=0, le=1e9, description="checkpoint: seconds since it was recorded")
-
-
 def _report(ctx: Context, node: str, rep: Report, conn: Connection) -> dict[str, Any]:
     a, j = schema.attempts, schema.jobs
     row = conn.execute(select(a).where(a.c.job_id == rep.job, a.c.attempt == rep.attempt)).first()
@@ -647,7 +578,7 @@ def _report(ctx: Context, node: str, rep: Report, conn: Connection) -> dict[str,
         raise ApiError(404, f"no attempt {rep.attempt} of job {rep.job} on node {node}")
     if row.state == "ended":
         raise ApiError(409, f"attempt {rep.attempt} of job {rep.job} has ended", fix="kill its processes")
-    if rep.status == "running":
+    if rep.status is ReportStatus.RUNNING:
         conn.execute(
             update(a)
             .where(a.c.job_id == rep.job, a.c.attempt == rep.attempt, a.c.state == "starting")
@@ -658,7 +589,7 @@ def _report(ctx: Context, node: str, rep: Report, conn: Connection) -> dict[str,
             .where(j.c.id == rep.job, j.c.attempt == rep.attempt, j.c.state == "starting")
             .values(state="running", version=j.c.version + 1, launch_losses=0)  # launched: the count restarts
         )
-    elif rep.status == "exited":
+    elif rep.status is ReportStatus.EXITED:
         body: dict[str, Any] = {
             "event": "x.exit",
             "job": rep.job,
@@ -667,9 +598,9 @@ def _report(ctx: Context, node: str, rep: Report, conn: Connection) -> dict[str,
             "exit_code": rep.exit_code,
             "rank": rep.rank,
         }
-        body.update({k: v for k in ("why", "message", "log_tail") if (v := getattr(rep, k))})
+        body.update({k: str(v) for k in ("why", "message", "log_tail") if (v := getattr(rep, k))})
         ctx.journal(conn, [body])
-    elif rep.status == "checkpoint":
+    else:  # ReportStatus.CHECKPOINT
         when = time.time() - (rep.age_s or 0.0)
         if row.last_checkpoint is None or when > row.last_checkpoint:
             conn.execute(
@@ -689,8 +620,6 @@ def _report(ctx: Context, node: str, rep: Report, conn: Connection) -> dict[str,
                     }
                 ],
             )
-    else:
-        raise ApiError(422, f"unknown status {rep.status!r}", fix="use running, exited or checkpoint")
     return {"ok": True}
 
 

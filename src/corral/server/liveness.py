@@ -32,6 +32,8 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
+from corral.protocol import StopWhy
+from corral.server.allocations import attempts_on
 from corral.server.attempts import requeue_attempt
 from corral.server.cluster import get_setting, put_setting
 from corral.server.context import Context
@@ -219,7 +221,7 @@ def apply_gpu_health(
 ) -> dict[str, Any] | None:
     """Write a node's changed GPU health: drain it with the reason, and stop each attempt on a newly
     unhealthy GPU so that it is requeued. None when nothing changed."""
-    n, al, a, j = schema.nodes, schema.allocations, schema.attempts, schema.jobs
+    n = schema.nodes
     row = conn.execute(select(n.c.unhealthy, n.c.state, n.c.reason).where(n.c.name == node)).first()
     if row is None:
         return None
@@ -234,20 +236,10 @@ def apply_gpu_health(
     conn.execute(update(n).where(n.c.name == node).values(**values))
     stopped = []
     if new:
-        hit = conn.execute(
-            select(a.c.job_id, a.c.attempt, a.c.placement, j.c.request)
-            .join(al, (al.c.job_id == a.c.job_id) & (al.c.attempt == a.c.attempt))
-            .join(j, j.c.id == a.c.job_id)
-            .where(al.c.node == node, al.c.live == 1, al.c.gpu.in_([int(g) for g in new]))
-            .distinct()
-        ).all()
         by = f"unhealthy GPU {node}:{','.join(new)}"
-        for r in hit:
-            grace = json.loads(r.request)["checkpoint"]["grace"]
-            if requeue_attempt(
-                ctx, conn, r.job_id, r.attempt, json.loads(r.placement), grace, 0.0, by, "gpu"
-            ):
-                stopped.append(r.job_id)
+        for x in attempts_on(conn, node, [int(g) for g in new]):
+            if requeue_attempt(ctx, conn, x.job, x.attempt, x.placement, x.grace, 0.0, by, StopWhy.GPU):
+                stopped.append(x.job)
     state = values.get("state", row.state)
     ctx.journal(conn, [{"event": "x.node", "node": node, "state": state, "unhealthy": unhealthy}])
     return {"unhealthy": unhealthy, "stopped": stopped, "state": state}
