@@ -71,7 +71,7 @@ class ClusterCollector(Collector):
             "corral_node_heartbeat_age_seconds", "Seconds since each node's last heartbeat", labels=["node"]
         )
         now = time.monotonic()
-        for name, seen in list(self.ctx.heartbeats.items()):
+        for name, seen in list(self.ctx.node_status.heartbeats.items()):
             age.add_metric([name], now - seen)
         yield from (pending, running, gpus, age)
         yield from _config_gauges(config)
@@ -95,7 +95,11 @@ class ClusterCollector(Collector):
             labels=["job", "queue"],
         )
         per_job: dict[tuple[str, str], list[float]] = {}
-        samples = {(node, s["index"]): s for node, rows in list(self.ctx.gpu_samples.items()) for s in rows}
+        samples = {
+            (node, s["index"]): s
+            for node, rows in list(self.ctx.node_status.gpu_samples.items())
+            for s in rows
+        }
         for (node, gpu), owner in owners.items():
             uuid = str(samples.get((node, gpu), {}).get("uuid", ""))
             held.add_metric([node, str(gpu), uuid, owner.job_id, owner.queue], 1)

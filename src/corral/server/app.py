@@ -21,7 +21,16 @@ from fastapi.exceptions import RequestValidationError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from corral.server import api_admin, api_config, api_dashboard, api_jobs, api_logs, api_nodes, dashboard
+from corral.server import (
+    api_admin,
+    api_agents,
+    api_config,
+    api_dashboard,
+    api_jobs,
+    api_logs,
+    api_nodes,
+    dashboard,
+)
 from corral.server.api_jobs import submit_job
 from corral.server.api_metrics import render
 from corral.server.auth import Principal
@@ -166,7 +175,7 @@ def create_app(ctx: Context) -> FastAPI:
     async def openapi_route() -> Response:
         return json_response(app.openapi())
 
-    for module in (api_jobs, api_logs, api_nodes, api_admin, api_config, api_dashboard):
+    for module in (api_jobs, api_logs, api_nodes, api_agents, api_admin, api_config, api_dashboard):
         app.include_router(module.router, prefix="/v1")
     dashboard.install(app)
     app.add_middleware(Gate, ctx=ctx)

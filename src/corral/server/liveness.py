@@ -10,7 +10,7 @@ still counts from the start.
 A registered node that is `up`, `cordoned` or `draining` and silent for `LOST_AFTER` seconds is
 marked `lost` (an `x.node` journal entry); the scheduler then ends its attempts as `lost` and
 requeues them (they resume from their newest checkpoint). The node's agent, when it comes back,
-is refused until it registers again, and is readmitted only clean (see `api_nodes._register`).
+is refused until it registers again, and is readmitted only clean (see `registration.py`).
 
 `corral admin maintenance --for 10m` stores when maintenance ends; until then heartbeats grant
 leases that last past it (so fences keep workers alive through a planned control-plane outage),
@@ -95,7 +95,7 @@ def set_responding(ctx: Context, conn: Connection, names: list[str], responding:
 
 def mark_unheard(conn: Connection, now: float) -> list[str]:
     """At a server start: every registered node that is up, cordoned or draining is marked not
-    responding until its first heartbeat to this process (which sets it back, `api_nodes.heartbeat`).
+    responding until its first heartbeat to this process (which sets it back, `api_agents.heartbeat`).
     The heartbeat receive times died with the last process: a node that has not been heard since
     may be past its lease (its fence has killed its work, and it would refuse to launch), so the
     scheduler places nothing there meanwhile. Being declared lost still waits `LOST_AFTER` from the
@@ -145,12 +145,12 @@ class Liveness:
         load_maintenance(self.ctx)
         n = schema.nodes
         with self.ctx.engines.reader.connect() as conn:  # drained for survivors before a restart
-            self.ctx.unclean.update(
+            self.ctx.node_status.unclean.update(
                 conn.execute(
                     select(n.c.name).where(n.c.state == "draining", n.c.reason.startswith(UNCLEAN))
                 ).scalars()
             )
-            self.ctx.silent.update(
+            self.ctx.node_status.went_silent(
                 conn.execute(
                     select(n.c.name).where(n.c.registered.is_(True), n.c.responding.is_(False))
                 ).scalars()
@@ -190,13 +190,14 @@ class Liveness:
         after = ctx.lost_after
         if quiet_until and time.time() < quiet_until + after:
             return []
-        silence = {name: now - ctx.heartbeats.get(name, ctx.started) for name in self.watched(now)}
+        status = ctx.node_status
+        silence = {name: status.silence(name, now) for name in self.watched(now)}
         # never lost (`--lost-after 0`): still no new work once the lease (LEASE) may have passed
         threshold = after * NOT_RESPONDING if after else LEASE * 3 / 4
-        quiet = [x for x, s in silence.items() if s > threshold and x not in ctx.silent]
+        quiet = [x for x, s in silence.items() if s > threshold and x not in status.silent]
         if quiet:  # no new work: an agent this silent may be past its lease and could not launch it
             marked = ctx.writer.submit(lambda conn: set_responding(ctx, conn, quiet, False)).result()
-            ctx.silent.update(quiet)
+            status.went_silent(quiet)
             for name in marked:
                 log.warning("node %s not responding: no heartbeat for %.0f s", name, silence[name])
             if marked:
@@ -208,8 +209,7 @@ class Liveness:
             return []
         lost = ctx.writer.submit(lambda conn: _mark_lost(ctx, conn, silent, silence)).result()
         for name in lost:
-            ctx.lost.add(name)
-            ctx.incarnations.pop(name, None)
+            status.declared_lost(name)
             log.warning("node %s lost: no heartbeat for %.0f s", name, silence[name])
         if lost:
             ctx.invalidate_model()
@@ -262,7 +262,4 @@ def apply_unclean(ctx: Context, conn: Connection, node: str, stuck: list[str]) -
     elif not stuck and row.state == "draining" and row.reason.startswith(UNCLEAN):
         conn.execute(update(n).where(n.c.name == node).values(state="up", reason=""))
         ctx.journal(conn, [{"event": "x.node", "node": node, "state": "up"}])
-    if stuck:
-        ctx.unclean.add(node)
-    else:
-        ctx.unclean.discard(node)
+    ctx.node_status.set_unclean(node, bool(stuck))
