@@ -255,6 +255,7 @@ def main() -> None:  # pragma: no cover - console entry point
 
 
 # commands that live in their own modules register themselves on `app`
+from corral.cli import acct_cmd as _acct_cmd  # noqa: E402,F401
 from corral.cli import admin_cmds as _admin_cmds  # noqa: E402,F401
 from corral.cli import agent_cmd as _agent_cmd  # noqa: E402,F401
 from corral.cli import client_cmds as _client_cmds  # noqa: E402,F401

@@ -149,12 +149,16 @@ def create_app(ctx: Context) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
         from corral.server.liveness import Liveness
+        from corral.server.notify import Notifications
 
         ctx.notifier.bind(asyncio.get_running_loop())
         ctx.start()
         liveness = Liveness(ctx)  # declares silent nodes lost
         liveness.start()
+        notifications = Notifications(ctx)  # webhook deliveries (server/notify.py)
+        notifications.start()
         yield
+        notifications.close()
         liveness.close()
         ctx.close()
 
@@ -205,7 +209,9 @@ def create_app(ctx: Context) -> FastAPI:
     async def openapi_route() -> Response:
         return json_response(app.openapi())
 
-    for module in (api_jobs, api_logs, api_nodes, api_admin, api_config, api_dashboard):
+    from corral.server import api_acct
+
+    for module in (api_jobs, api_logs, api_nodes, api_admin, api_config, api_dashboard, api_acct):
         app.include_router(module.router, prefix="/v1")
     dashboard.install(app)
     app.add_middleware(Gate, ctx=ctx)
