@@ -188,13 +188,25 @@ class Notifications:
 
     def _attempt(self, notify: NotifyConfig, row: Any) -> None:
         try:
+            if self.stopping.is_set() or not self._still_due(row):
+                return
             outcome = send(self.http, notify, row)
+            if self.stopping.is_set():  # the writer may be gone: the attempt is not counted
+                return
             self.ctx.writer.call(lambda conn: record(conn, notify, row, outcome, time.time()))
         except Exception:
             log.exception("delivery %s", row.id)
         finally:
             self.in_flight.pop(row.id, None)
             self.wakeup.set()
+
+    def _still_due(self, row: Any) -> bool:
+        """False when the row changed since it was read (an attempt that ended meanwhile settled
+        it): a stale read must not send it again."""
+        d = schema.notify_deliveries
+        with self.ctx.engines.reader.connect() as conn:
+            now = conn.execute(select(d.c.state, d.c.attempts).where(d.c.id == row.id)).first()
+        return now is not None and now.state == "pending" and now.attempts == row.attempts
 
 
 def record(conn: Connection, notify: NotifyConfig, row: Any, outcome: Outcome, now: float) -> None:
