@@ -74,7 +74,7 @@ def test_sinks_are_checked_against_the_allowlist_at_config_time(tmp_path: Path) 
     text = str(outside.value)
     assert "notify.sinks[0].url" in text and "http://10.0.0.5/x is not under any URL of notify.allow" in text
     assert "have an admin add the prefix to notify.allow" in text
-    with pytest.raises(ConfigError, match="`notify.allow` is empty"):
+    with pytest.raises(ConfigError, match=r"`notify\.allow` is empty"):
         parse_cluster_config(_cluster({"sinks": [sink]}))
     with pytest.raises(ConfigError, match="exactly one of secret_file and secret_env"):
         parse_cluster_config(_cluster({"allow": ALLOW, "sinks": [{"name": "a", "url": sink["url"]}]}))

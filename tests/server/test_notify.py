@@ -221,5 +221,5 @@ def test_a_sink_outside_the_allowlist_is_refused_and_members_do_not_see_sinks(
     finally:
         srv.stop()
     outside = cluster_file(tmp_path, receiver.port, url=f"http://127.0.0.1:{receiver.port}/elsewhere")
-    with pytest.raises(RuntimeError, match="is not under any URL of notify.allow"):
+    with pytest.raises(RuntimeError, match=r"is not under any URL of notify\.allow"):
         Server(f"sqlite:///{tmp_path / 'other.db'}", tmp_path / "other", outside).start()

@@ -36,7 +36,17 @@ ANSWERS: dict[str, tuple[str, ...]] = {
     "lost": ("preempt",),
     "restart": ("restart",),
 }
-JOB_STATE = {"finish": "finished", "fail": "failed", "cancel": "cancelled", "reject": "rejected"}
+# the job's state the line leaves it in
+JOB_STATE = {
+    "start": "starting",
+    "finish": "finished",
+    "fail": "failed",
+    "cancel": "cancelled",
+    "reject": "rejected",
+    "preempt": "pending",
+    "lost": "pending",
+    "restart": "pending",
+}
 
 
 @dataclass(frozen=True)
@@ -108,9 +118,7 @@ def deliveries(
                 "queue": job.queue,
                 "user": job.user,
                 "team": job.team,
-                "state": JOB_STATE.get(
-                    line.kind, "pending" if line.kind in ("preempt", "lost", "restart") else "running"
-                ),
+                "state": JOB_STATE[line.kind],
             },
             "event": event,
             "created_at": now,
