@@ -8,7 +8,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -17,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from tests.server.conftest import LAB
 from tests.server.harness import FakeAgent, Server, wait_for
@@ -165,6 +170,54 @@ def test_each_notification_once_signed_across_a_restart(
         assert len(receiver.kinds()) == 4
     finally:
         srv.stop()
+
+
+def test_an_event_committed_while_the_api_is_down_is_sent_once_it_is_back(
+    database_url: str, tmp_path: Path, receiver: Receiver
+) -> None:
+    """The API (which sends notifications) is killed; the scheduler, a process of its own, goes
+    on and starts a job that subscribed to `start` meanwhile; the restarted API sends it, once
+    (were the start committed before the kill, it must still arrive once)."""
+    cluster = cluster_file(tmp_path, receiver.port)
+    srv = Server(database_url, tmp_path / "data", cluster, extra=["--no-scheduler"])
+    srv.start()
+    scheduler = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from corral.cli.main import main; main()",
+            "scheduler",
+            "--database-url",
+            database_url,
+        ],
+        env=srv.env,
+        start_new_session=True,
+    )
+    engine = create_engine(database_url)
+    try:
+        agent = FakeAgent(srv, "dgx01", 8, "H100-80GB")
+        agent.register()
+        first = submit(srv, [], replicas=1, gpus_per_replica=8)
+        start(agent, first)
+        waiting = submit(srv, ["start"], replicas=1, gpus_per_replica=8)  # behind `first`
+        assert agent.report(first, 1, "exited", 0).status_code == 200
+        srv.kill()  # the API; the scheduler ends `first` and starts `waiting` without it
+        agent.close()
+
+        def started() -> bool:
+            with engine.connect() as conn:
+                query = text("SELECT count(*) FROM events WHERE kind = 'start' AND job = :job")
+                return bool(conn.execute(query, {"job": waiting}).scalar())
+
+        wait_for(started, timeout=30)  # (almost always after the kill: the scheduler needs a cycle)
+        srv.start()
+        wait_for(lambda: receiver.kinds() == [(waiting, "start")], timeout=30)
+        assert len(receiver.requests) == 1
+    finally:
+        srv.stop()
+        os.killpg(scheduler.pid, signal.SIGTERM)
+        scheduler.wait(10)
+        engine.dispose()
 
 
 def test_a_receiver_that_fails_twice_gets_it_on_retry_and_metrics_count_the_failures(
