@@ -264,6 +264,14 @@ def test_a_sink_outside_the_allowlist_is_refused_and_members_do_not_see_sinks(
             error = refused.json()["error"]
             assert "notify.sinks[0].url" in error and "is not under any URL of notify.allow" in error
             assert c.get("/v1/config").json()["config"]["notify"]["sinks"][0]["url"].endswith("/hooks/corral")
+            config["notify"]["sinks"][0]["url"] = f"http://127.0.0.1:{receiver.port}/hooks/other"
+            config["notify"]["sinks"][0]["secret_file"] = str(tmp_path / "missing.secret")
+            unreadable = c.put("/v1/config", json=config)
+            assert unreadable.status_code == 422
+            assert (
+                "secret_file " + str(tmp_path / "missing.secret") + " cannot be read"
+                in unreadable.json()["error"]
+            )
             bad = c.post(
                 "/v1/jobs", json={"queue": "research", "command": ["true"], "notify": ["end", "ends"]}
             )

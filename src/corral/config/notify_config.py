@@ -8,6 +8,7 @@ URL, so the control plane makes no request to an address a user chose (no SSRF).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from corral.config.invalid import InvalidValue
 from corral.config.yaml_source import Locator
+from corral.core.errors import ConfigError
 
 __all__ = [
     "NOTIFY_EVENTS",
@@ -25,6 +27,7 @@ __all__ = [
     "Sink",
     "SinkEntry",
     "build_notify",
+    "check_secrets",
     "is_allowed",
     "notify_events",
 ]
@@ -205,3 +208,31 @@ def _build_sink(sink: SinkEntry, i: int, allow: list[str], queues: Sequence[str]
                 (*path, "queues", k), f"unknown queue {name!r}", f"use one of: {', '.join(queues)}"
             )
     return Sink(sink.name, sink.url, sink.secret_file, sink.secret_env, tuple(sink.queues))
+
+
+def check_secrets(notify: NotifyConfig, source: str) -> None:
+    """ConfigError for a sink whose secret this process cannot read (run where the deliveries
+    are sent from: the API process, when a revision is applied)."""
+    for i, sink in enumerate(notify.sinks):
+        where = f"notify.sinks[{i}]"
+        if sink.secret_file is not None:
+            try:
+                with open(sink.secret_file, "rb") as f:
+                    empty = not f.read().strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"sink {sink.name}: secret_file {sink.secret_file} cannot be read ({exc.strerror})",
+                    source=source,
+                    where=where,
+                    fix="create it on the server's machine, readable by the server's user only (chmod 600)",
+                ) from None
+        else:
+            empty = not os.environ.get(str(sink.secret_env), "").strip()
+        if empty:
+            what = f"secret_file {sink.secret_file}" if sink.secret_file else f"${sink.secret_env}"
+            raise ConfigError(
+                f"sink {sink.name}: {what} is empty or unset in the server's environment",
+                source=source,
+                where=where,
+                fix="put a long random secret there (e.g. `openssl rand -hex 32`), shared with the receiver",
+            )
