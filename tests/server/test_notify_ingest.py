@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
+
+from sqlalchemy import create_engine, insert, select
 
 from corral.config.cluster_file import parse_cluster_config
 from corral.server.notify_ingest import deliveries
+from corral.store import schema
 
 ALLOW = ["https://hooks.example.com/corral/"]
 
@@ -42,3 +46,30 @@ def test_which_journal_lines_make_deliveries_and_of_what_kind() -> None:
     assert kinds("cancel", ["end"]) == [("abcd-7-ops", "end")]
     assert kinds("start", ["start"], queue="research") == []  # the sink serves prod only
     assert kinds("start", []) == []
+
+
+def test_old_settled_deliveries_are_pruned_and_waiting_ones_kept(tmp_path: Path) -> None:
+    from corral.server.notify import prune
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'n.db'}")
+    schema.metadata.create_all(engine)
+    base = {
+        "sink": "ops",
+        "event_seq": 1,
+        "job": "j1",
+        "kind": "end",
+        "body": "{}",
+        "attempts": 1,
+        "next_at": 0.0,
+    }
+    rows = [
+        {**base, "id": f"{state}-{created}", "state": state, "created_at": created}
+        for state in ("pending", "delivered", "failed", "dropped")
+        for created in (10.0, 1000.0)
+    ]
+    with engine.begin() as conn:
+        conn.execute(insert(schema.notify_deliveries), rows)
+        assert prune(conn, 500.0) == 3
+        left = sorted(r[0] for r in conn.execute(select(schema.notify_deliveries.c.id)))
+    assert left == ["delivered-1000.0", "dropped-1000.0", "failed-1000.0", "pending-10.0", "pending-1000.0"]
+    engine.dispose()

@@ -32,7 +32,7 @@ import httpx
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import Connection, Engine, func, select, update
+from sqlalchemy import Connection, Engine, delete, func, select, update
 
 from corral.config.notify_config import NotifyConfig, Sink, is_allowed
 from corral.server.context import Context
@@ -46,6 +46,8 @@ DELIVERY_HEADER = "Corral-Delivery"
 EVENT_HEADER = "Corral-Event"
 WORKERS = 4  # requests in flight at once
 IDLE = 1.0  # seconds between passes when nothing wakes the thread
+KEEP = 7 * 86400.0  # seconds a settled delivery (delivered, failed, dropped) is kept
+PRUNE_EVERY = 3600.0
 PACE = 0.1  # seconds between passes at least (a busy cluster commits many times a second)
 
 DELIVERIES = Counter(
@@ -134,6 +136,7 @@ class Notifications:
         # no proxies from the environment, no redirects: the request goes to the sink's URL only
         self.http = httpx.Client(follow_redirects=False, trust_env=False)
         self.thread = threading.Thread(target=self._run, name="corral-notify", daemon=True)
+        self.next_prune = 0.0  # monotonic time of the next removal of old settled deliveries
 
     def start(self) -> None:
         self.ctx.notifier.listeners.append(self.wakeup.set)
@@ -156,6 +159,9 @@ class Notifications:
                 while self._ingest(notify, model.config.name):
                     pass
                 wait = self._deliver(notify)
+                if time.monotonic() >= self.next_prune:
+                    self.next_prune = time.monotonic() + PRUNE_EVERY
+                    self.ctx.writer.call(lambda conn: prune(conn, time.time() - KEEP))
             except Exception:  # the database is away for a moment, or a bug: log it, keep going
                 log.exception("notifications")
             if self.stopping.wait(PACE):
@@ -207,6 +213,12 @@ class Notifications:
         with self.ctx.engines.reader.connect() as conn:
             now = conn.execute(select(d.c.state, d.c.attempts).where(d.c.id == row.id)).first()
         return now is not None and now.state == "pending" and now.attempts == row.attempts
+
+
+def prune(conn: Connection, before: float) -> int:
+    """Remove settled deliveries made before `before` (pending ones are never removed)."""
+    d = schema.notify_deliveries
+    return int(conn.execute(delete(d).where(d.c.state != "pending", d.c.created_at < before)).rowcount)
 
 
 def record(conn: Connection, notify: NotifyConfig, row: Any, outcome: Outcome, now: float) -> None:
