@@ -78,6 +78,12 @@ def submit(
         typer.Option(help="absolute folder the workers start in (default: the attempt's run folder)"),
     ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="K=V; repeat", show_default=False)] = None,
+    notify: Annotated[
+        str | None,
+        typer.Option(
+            help="events sent to the queue's webhooks: start,end,fail,preempt,restart", show_default=False
+        ),
+    ] = None,
     mount: Annotated[
         list[str] | None, typer.Option("--mount", help="SRC:DST[:ro]; repeat", show_default=False)
     ] = None,
@@ -112,6 +118,7 @@ def submit(
         cpus_per_replica=cpus_per_replica,
         memory_gib_per_replica=memory_gib_per_replica,
         working_dir=working_dir,
+        notify=notify,
         env=tuple(env or ()),
         mounts=tuple(mount or ()),
         command=tuple(command or ()),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from corral.cli import (  # noqa: F401  (imported for their commands)
+    acct_cmd,
     admin_cmds,
     agent_cmd,
     client_cmds,

@@ -36,6 +36,7 @@ class SubmitFlags:
     env: tuple[str, ...] = ()
     mounts: tuple[str, ...] = ()
     working_dir: str | None = None
+    notify: str | None = None  # `--notify end,fail,preempt`
     command: tuple[str, ...] = field(default=())
 
 
@@ -84,6 +85,8 @@ def apply_flags(spec: dict[str, Any], flags: SubmitFlags) -> dict[str, Any]:
             m for m in out.get("mounts") or [] if not (isinstance(m, dict) and m.get("target") in targets)
         ]
         out["mounts"] = kept + added
+    if flags.notify is not None:
+        out["notify"] = [e.strip() for e in flags.notify.split(",") if e.strip()]
     if flags.command:
         out["command"] = list(flags.command)
     return out

@@ -219,6 +219,17 @@ class Client:
         out: JsonObject = self.request("GET", f"/v1/jobs/{job_id}")
         return out
 
+    def acct(self, *, after: str = "0.0", limit: int = PAGE, **filters: Any) -> JsonObject:
+        """One page of accounting rows (`corral acct`): `{"rows": [...], "next": cursor or None}`;
+        `filters`: user, queue, state (a list), since and until (Unix times)."""
+        params = {
+            "after": after,
+            "limit": limit,
+            **{k: v for k, v in filters.items() if v not in (None, [], "")},
+        }
+        out: JsonObject = self.request("GET", "/v1/acct", params=params)
+        return out
+
     def job_events(self, job_id: str) -> JsonObject:
         """`{"events": [...], "reasons": [{"t", "code", "message"}...]}` for one job."""
         out: JsonObject = self.request("GET", f"/v1/jobs/{job_id}/events")

@@ -132,7 +132,8 @@ def config_view(model: ClusterModel, who: Principal) -> dict[str, Any]:
     if who.is_admin:
         return dict(model.body)
     visible = set(queues_of(model, who))
-    body = {k: v for k, v in model.body.items() if k != "queues"}
+    # webhook sinks (URLs, where their secrets live) are for admins only
+    body = {k: v for k, v in model.body.items() if k not in ("queues", "notify")}
     body["queues"] = [q for q in model.body.get("queues", []) if q.get("name") in visible]
     return body
 

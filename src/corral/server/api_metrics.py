@@ -141,4 +141,7 @@ def render(ctx: Context) -> tuple[bytes, str]:
         body = generate_latest(REGISTRY)
     cluster = CollectorRegistry()
     cluster.register(ClusterCollector(ctx))
+    from corral.server.notify import NotifyCollector
+
+    cluster.register(NotifyCollector(ctx.engines.reader))
     return body + generate_latest(cluster), CONTENT_TYPE_LATEST

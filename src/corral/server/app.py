@@ -22,6 +22,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral.server import (
+    api_acct,
     api_admin,
     api_agents,
     api_config,
@@ -38,6 +39,7 @@ from corral.server.context import Context
 from corral.server.dashboard import is_public
 from corral.server.errors import ApiError
 from corral.server.liveness import Liveness
+from corral.server.notify import Notifications
 from corral.server.responses import (
     client_address,
     invalid_request,
@@ -128,7 +130,10 @@ def create_app(ctx: Context) -> FastAPI:
         ctx.start()
         liveness = Liveness(ctx)  # declares silent nodes lost
         liveness.start()
+        notifications = Notifications(ctx)  # webhook deliveries (server/notify.py)
+        notifications.start()
         yield
+        notifications.close()
         liveness.close()
         ctx.close()
 
@@ -175,7 +180,7 @@ def create_app(ctx: Context) -> FastAPI:
     async def openapi_route() -> Response:
         return json_response(app.openapi())
 
-    for module in (api_jobs, api_logs, api_nodes, api_agents, api_admin, api_config, api_dashboard):
+    for module in (api_jobs, api_logs, api_nodes, api_agents, api_admin, api_config, api_dashboard, api_acct):
         app.include_router(module.router, prefix="/v1")
     dashboard.install(app)
     app.add_middleware(Gate, ctx=ctx)

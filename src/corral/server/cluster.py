@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, insert, select, update
 
 from corral.config.cluster_file import ClusterConfig, parse_cluster_config
+from corral.config.notify_config import check_secrets
 from corral.core.eventshape import cluster_line
 from corral.core.model import NodeName, NodeSpec, NodeState
 from corral.core.state import ClusterState
@@ -150,6 +151,7 @@ def apply_revision(
     Raises ConfigError (nothing written) when the document is invalid.
     """
     config = parse_cluster_config(body, "cluster configuration")
+    check_secrets(config.notify, "cluster configuration")  # webhook secrets this process can read
     if "policy" in body or "policy_args" in body:  # a policy kept with the configuration: check it now
         load_policy(str(body.get("policy", "default")), body.get("policy_args"))
     check_live(conn, config)  # a queue or class that live jobs use cannot disappear

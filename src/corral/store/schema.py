@@ -57,6 +57,9 @@ jobs = Table(
     Column("request", Text, nullable=False),  # what the user asked for (command, env, mounts...), JSON
     Index("ix_jobs_state", "state"),
     Index("ix_jobs_queue_state", "queue", "state"),
+    Index("ix_jobs_team_seq", "team", "seq"),  # `corral acct` for a member
+    Index("ix_jobs_user_seq", "user", "seq"),
+    Index("ix_jobs_end_time", "end_time"),
 )
 
 attempts = Table(
@@ -204,4 +207,26 @@ reasons = Table(
     Column("message", Text, nullable=False),
     Column("at", Float),  # the time the message names, if any
     Index("ix_reasons_job", "job_id"),
+)
+
+# webhook notifications waiting, sent or given up (server/notify.py): one row per (journal event,
+# sink), made in the transaction that moves the notifier's cursor (`notify.cursor` setting), so
+# a restart neither loses nor repeats one; `id` is the delivery id receivers deduplicate by
+notify_deliveries = Table(
+    "notify_deliveries",
+    metadata,
+    Column("id", String(120), primary_key=True),
+    Column("sink", String(64), nullable=False),
+    Column("event_seq", Integer, nullable=False),
+    Column("job", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),  # start, end, fail, preempt, restart
+    Column("body", Text, nullable=False),  # the exact bytes sent (and signed), every attempt
+    Column("state", String(16), nullable=False),  # pending, delivered, failed (gave up), dropped
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("next_at", Float, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("delivered_at", Float),
+    Column("last_error", Text, nullable=False, server_default=""),
+    Index("ix_notify_deliveries_state_next", "state", "next_at"),
+    Index("ix_notify_deliveries_job", "job"),
 )
