@@ -496,6 +496,7 @@ class Agent:
         fail_gpus: dict[str, str] | None = None,
     ) -> None:
         self.server = server
+        self.token = token  # the node's: its terminal sessions' WebSockets (`agent/terminal.py`)
         self.poll_wait = poll_wait
         self.inventory = inventory
         self.node = str(inventory["node"])
@@ -729,6 +730,10 @@ class Agent:
                     )
                 else:
                     self.done.add(key)
+            elif o.get("kind") == "terminal":  # a shell inside a running attempt (`agent/terminal.py`)
+                from corral.agent.terminal import open_session
+
+                open_session(self, o)
 
     def forget(self, run: Attempt) -> None:
         with self._lock:

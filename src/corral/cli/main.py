@@ -261,5 +261,6 @@ from corral.cli import client_cmds as _client_cmds  # noqa: E402,F401
 from corral.cli import dashboard_cmd as _dashboard_cmd  # noqa: E402,F401
 from corral.cli import logs_cmd as _logs_cmd  # noqa: E402,F401
 from corral.cli import ops_cmds as _ops_cmds  # noqa: E402,F401
+from corral.cli import run_cmd as _run_cmd  # noqa: E402,F401
 from corral.cli import serve as _serve  # noqa: E402,F401
 from corral.cli import up as _up  # noqa: E402,F401

@@ -144,7 +144,16 @@ def _too_large(limit: int) -> JSONResponse:
 
 
 def create_app(ctx: Context) -> FastAPI:
-    from corral.server import api_admin, api_config, api_dashboard, api_jobs, api_logs, api_nodes, dashboard
+    from corral.server import (
+        api_admin,
+        api_config,
+        api_dashboard,
+        api_jobs,
+        api_logs,
+        api_nodes,
+        api_terminal,
+        dashboard,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
@@ -205,7 +214,7 @@ def create_app(ctx: Context) -> FastAPI:
     async def openapi_route() -> Response:
         return json_response(app.openapi())
 
-    for module in (api_jobs, api_logs, api_nodes, api_admin, api_config, api_dashboard):
+    for module in (api_jobs, api_logs, api_nodes, api_admin, api_config, api_dashboard, api_terminal):
         app.include_router(module.router, prefix="/v1")
     dashboard.install(app)
     app.add_middleware(Gate, ctx=ctx)
@@ -238,6 +247,11 @@ class Gate:
         self.ctx = ctx
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # the terminal channel (`server/api_terminal.py`)
+            from corral.server.api_terminal import gate
+
+            await gate(self.ctx, scope, receive, send, self.inner)
+            return
         if scope["type"] != "http":
             await self.inner(scope, receive, send)
             return

@@ -1,0 +1,138 @@
+"""The user's end of the terminal channel (`corral alloc`, `corral attach`): the local terminal in
+raw mode, relayed over an authenticated WebSocket to a shell inside a job
+(`corral.server.api_terminal`). Keystrokes (Ctrl-C included) go to the remote terminal as bytes,
+window changes (SIGWINCH) as `resize` messages; the shell's exit status is returned."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import sys
+import termios
+import threading
+import tty
+from typing import Any
+from urllib.parse import urlencode
+
+from corral.client import ClientError
+
+MAX_SIZE = 1 << 16
+
+
+def _refusal(exc: Any) -> ClientError:
+    """The server's refusal of the WebSocket (its JSON error body) as a ClientError."""
+    status = int(exc.response.status_code)
+    try:
+        body = json.loads(exc.response.body or b"{}")
+    except ValueError:
+        body = {}
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return ClientError(status, body["error"], str(body.get("fix") or ""))
+    return ClientError(status, f"the server refused the terminal (HTTP {status})")
+
+
+def _size() -> tuple[int, int]:
+    try:
+        size = os.get_terminal_size(sys.stdout.fileno())
+        return size.lines, size.columns
+    except OSError:
+        return 24, 80
+
+
+def open_terminal(server: str, token: str, job_id: str, rank: int = 0, end: bool = False) -> int:
+    """A shell inside `job_id` on rank `rank`'s node until it exits; its exit status. `end`: the
+    job is an allocation that ends with this shell. ClientError when the server refuses."""
+    from websockets.exceptions import InvalidStatus, WebSocketException
+    from websockets.sync.client import connect
+
+    rows, cols = _size()
+    query = {"rank": rank, "rows": rows, "cols": cols, "term": os.environ.get("TERM") or "xterm"}
+    if end:
+        query["end"] = 1
+    url = server.replace("http", "ws", 1).rstrip("/") + f"/v1/jobs/{job_id}/terminal?" + urlencode(query)
+    try:
+        ws = connect(url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=MAX_SIZE)
+    except InvalidStatus as exc:
+        raise _refusal(exc) from None
+    except (OSError, WebSocketException) as exc:
+        raise ClientError(0, f"cannot open a terminal at {server}: {exc}", "is the server running?") from None
+    with ws:
+        return _relay(ws)
+
+
+class _Relay:
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.done = threading.Event()
+        self.code = 1
+        self.resized = False
+
+    def output(self) -> None:
+        """The shell's output to stdout; its exit status, or an error, from text messages."""
+        from websockets.exceptions import WebSocketException
+
+        out = sys.stdout.fileno()
+        try:
+            for message in self.ws:
+                if isinstance(message, bytes):
+                    os.write(out, message)
+                    continue
+                said = json.loads(message)
+                if said.get("type") == "exit":
+                    self.code = int(said.get("code", 1))
+                elif said.get("type") == "error":
+                    os.write(2, f"corral: {said.get('message')}\r\n".encode())
+        except (WebSocketException, OSError, ValueError):
+            pass
+        finally:
+            self.done.set()
+
+    def input(self) -> None:
+        """Keystrokes to the shell, and the window's size when it changes, until the shell ends."""
+        stdin = sys.stdin.fileno()
+        open_input = True
+        while not self.done.is_set():
+            if self.resized:
+                self.resized = False
+                rows, cols = _size()
+                self._send(json.dumps({"type": "resize", "rows": rows, "cols": cols}))
+            ready = select.select([stdin], [], [], 0.1)[0] if open_input else []
+            if not ready:
+                if not open_input:
+                    self.done.wait(0.1)
+                continue
+            data = os.read(stdin, 4096)
+            if not data:
+                open_input = False  # stdin ended: the shell goes on until it exits
+                continue
+            self._send(data)
+
+    def _send(self, message: bytes | str) -> None:
+        with contextlib.suppress(Exception):
+            self.ws.send(message)
+
+
+def _relay(ws: Any) -> int:
+    relay = _Relay(ws)
+    stdin = sys.stdin.fileno()
+    saved = termios.tcgetattr(stdin) if os.isatty(stdin) else None
+
+    def on_winch(_sig: int, _frame: object) -> None:
+        relay.resized = True
+
+    previous = signal.signal(signal.SIGWINCH, on_winch)
+    reader = threading.Thread(target=relay.output, daemon=True)
+    try:
+        if saved is not None:
+            tty.setraw(stdin)
+        reader.start()
+        relay.input()
+    finally:
+        if saved is not None:
+            termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+        signal.signal(signal.SIGWINCH, previous)
+    reader.join(5.0)
+    return relay.code
