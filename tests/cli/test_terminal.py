@@ -120,7 +120,17 @@ def test_run_prints_rank_0_and_exits_with_the_jobs_status(lab: Lab) -> None:
     assert ok.returncode == 0, ok.stderr
     assert "hello from 0" in ok.stdout
     failed = corral(
-        lab, lab.alice, "run", "--queue", "research", "--max-restarts", "0", "--", "sh", "-c", "echo bye; exit 3"
+        lab,
+        lab.alice,
+        "run",
+        "--queue",
+        "research",
+        "--max-restarts",
+        "0",
+        "--",
+        "sh",
+        "-c",
+        "echo bye; exit 3",
     )
     assert failed.returncode == 3, failed.stderr
     assert "bye" in failed.stdout
@@ -139,7 +149,19 @@ def test_run_all_ranks_prefixes_each_line_with_its_rank(lab: Lab) -> None:
 def test_run_refused_or_rejected_exits_1_with_the_reason(lab: Lab) -> None:
     out = corral(lab, lab.alice, "run", "--queue", "research", "--gpus", "8", "--replicas", "4", "--", "true")
     assert out.returncode == 2 and "--gpus" in out.stderr  # usage error: before anything is sent
-    never = corral(lab, lab.alice, "run", "--queue", "research", "--replicas", "9", "--gpus-per-replica", "8", "--", "true")
+    never = corral(
+        lab,
+        lab.alice,
+        "run",
+        "--queue",
+        "research",
+        "--replicas",
+        "9",
+        "--gpus-per-replica",
+        "8",
+        "--",
+        "true",
+    )
     assert never.returncode == 1, never.stderr  # a job that can never fit is refused at submit
 
 

@@ -29,7 +29,6 @@ import subprocess
 import sys
 import termios
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from corral.agent import files
@@ -144,7 +143,7 @@ class Shell:
             os.close(slave)
             for fd in fds:
                 os.close(fd)
-        self.exit_file = Path(body["exit_file"])
+        self.exit_file = run.run_dir / f"{name}.exit"
 
     def relay(self, ws: Any) -> int:
         """Relay until the shell ends (its status) or the user goes away (hang-up, then its status)."""

@@ -254,7 +254,9 @@ def alloc(ctx: typer.Context, **flags: Any) -> None:
             fail(f"allocation {job_id} cancelled", code=1)
         if job["state"] != "running":
             raise typer.Exit(exit_status(job))
-        typer.echo(f"{job_id}: running on {job['placement'][0]['node']}; `exit` ends the allocation", err=True)
+        typer.echo(
+            f"{job_id}: running on {job['placement'][0]['node']}; `exit` ends the allocation", err=True
+        )
         try:
             code = open_terminal(url, secret, job_id, 0, end=True)
         except ClientError as err:
@@ -273,7 +275,6 @@ def _wait_end(corral: Client, job_id: str, patience: float = 30.0) -> str:
             return state
         time.sleep(0.2)
     return "still ending: see `corral show " + job_id + "`"
-
 
 
 @app.command(rich_help_panel=PANEL)

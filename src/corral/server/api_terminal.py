@@ -46,6 +46,10 @@ MAX_FRAME = 1 << 16
 SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 
 
+def _future() -> asyncio.Future[WebSocket]:
+    return asyncio.get_running_loop().create_future()
+
+
 @dataclass
 class Session:
     """One terminal: who opened it, where it runs, and the agent's side once it has connected."""
@@ -57,7 +61,9 @@ class Session:
     rank: int
     by: str
     opened: float = field(default_factory=time.monotonic)
-    agent: asyncio.Future[WebSocket] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    agent: asyncio.Future[WebSocket] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
     done: asyncio.Event = field(default_factory=asyncio.Event)
     last: float = field(default_factory=time.monotonic)
     exit_code: int | None = None
@@ -95,7 +101,10 @@ async def deny(scope: Scope, receive: Receive, send: Send, exc: ApiError) -> Non
             {
                 "type": "websocket.http.response.start",
                 "status": exc.status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
             }
         )
         await send({"type": "websocket.http.response.body", "body": body})
@@ -111,12 +120,13 @@ async def gate(ctx: Context, scope: Scope, receive: Receive, send: Send, inner: 
     try:
         scope.setdefault("state", {})["principal"] = await authenticate(ctx, scope)
     except ApiError as exc:
+        refusal = exc
         wait = ctx.auth_failures.fail(client_address(scope), time.monotonic())
-        if wait > 0:
-            exc = ApiError(429, "too many failed authentications from this address", fix="wait, then retry")
+        if wait > 0:  # no audit row either: a flood of failures does not flood the audit log
+            refusal = ApiError(429, "too many failed authentications from this address", fix="wait, retry")
         else:
             audit(ctx, "(anonymous)", f"WS {scope['path']}", "", exc.status)
-        await deny(scope, receive, send, exc)
+        await deny(scope, receive, send, refusal)
         return
     await inner(scope, receive, send)
 
@@ -200,8 +210,12 @@ async def job_terminal(ws: WebSocket, job_id: str) -> None:
         return
     sessions[session.id] = session
     try:
-        await ctx.write(lambda conn: conn.execute(schema.outbox.insert().values(node=node, body=dumps(order))))
-        detail = f"session {session.id[:8]} rank {rank} node {node}" + (" (allocation)" if order["end"] else "")
+        await ctx.write(
+            lambda conn: conn.execute(schema.outbox.insert().values(node=node, body=dumps(order)))
+        )
+        detail = f"session {session.id[:8]} rank {rank} node {node}" + (
+            " (allocation)" if order["end"] else ""
+        )
         audit(ctx, who.name, "terminal open", job_id, 101, detail)
         await ws.accept()
         await _serve(ctx, ws, session)
@@ -209,14 +223,22 @@ async def job_terminal(ws: WebSocket, job_id: str) -> None:
         sessions.pop(session.id, None)
         session.done.set()
         took = time.monotonic() - session.opened
-        audit(ctx, who.name, "terminal close", job_id, 200, f"session {session.id[:8]} exit {session.exit_code} after {took:.0f} s")
+        audit(
+            ctx,
+            who.name,
+            "terminal close",
+            job_id,
+            200,
+            f"session {session.id[:8]} exit {session.exit_code} after {took:.0f} s",
+        )
 
 
 async def _serve(ctx: Context, user: WebSocket, session: Session) -> None:
     try:
         agent = await asyncio.wait_for(asyncio.shield(session.agent), AGENT_WAIT_S)
     except TimeoutError:
-        await _say(user, {"type": "error", "message": f"node {session.node} did not open the terminal in {AGENT_WAIT_S:.0f} s: is its agent running?"})
+        said = f"node {session.node} did not open the terminal in {AGENT_WAIT_S:.0f} s: is its agent up?"
+        await _say(user, {"type": "error", "message": said})
         await _close(user)
         return
     tasks = [
@@ -290,4 +312,3 @@ async def agent_terminal(ws: WebSocket, node: str, session_id: str) -> None:
     await ws.accept()
     session.agent.set_result(ws)
     await session.done.wait()
-
