@@ -6,6 +6,7 @@ agent token on the user's side and another node's agent on the agent's side."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -183,6 +184,28 @@ def test_run_cancels_the_job_on_ctrl_c(lab: Lab) -> None:
         assert lab.state_is(job_id, "cancelled")
 
 
+def test_run_says_why_it_waits_then_streams(lab: Lab) -> None:
+    blocker = submit(lab, lab.alice, gpus_per_replica=8, command=["sleep", "300"])
+    running(lab, blocker)
+    with subprocess.Popen(
+        [*CLI, "run", "--queue", "research", "--gpus", "1", "--", "echo", "done"],
+        env=lab.env(lab.alice),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        assert proc.stderr is not None and proc.stdout is not None
+        lines = [proc.stderr.readline()]
+        while "pending:" not in lines[-1]:
+            lines.append(proc.stderr.readline())
+            assert lines[-1], lines
+        assert "GPUs" in lines[-1]  # the scheduler's reason, e.g. "needs 1 GPU; 0 GPUs are free ..."
+        with lab.server.client(lab.alice) as c:
+            c.post(f"/v1/jobs/{blocker}/cancel")
+        assert proc.wait(90) == 0, proc.stderr.read()
+        assert proc.stdout.read().strip() == "done"
+
+
 # ---- corral alloc ------------------------------------------------------------------------------
 def test_alloc_gives_a_shell_inside_the_jobs_gpus_and_exit_frees_them(lab: Lab) -> None:
     child = spawn(lab, lab.alice, "alloc", "--queue", "research", "--gpus", "2", "--time-limit", "1h")
@@ -224,6 +247,16 @@ def test_alloc_gives_a_shell_inside_the_jobs_gpus_and_exit_frees_them(lab: Lab) 
         assert job_id not in {j["id"] for j in jobs}
         node = next(n for n in c.get("/v1/nodes").json()["nodes"] if n["name"] == "dgx01")
         assert node["allocated"] == sum(len(p["gpus"]) for j in jobs for p in j["placement"] or [])
+
+
+def test_alloc_ends_when_its_user_goes_away(lab: Lab) -> None:
+    child = spawn(lab, lab.alice, "alloc", "--queue", "research", "--gpus", "1")
+    child.expect(r"(j\w+): running on dgx01")
+    job_id = child.match.group(1)
+    child.expect(r"\$ ")
+    child.kill(signal.SIGKILL)  # the connection drops: the shell is hung up, the allocation ends
+    child.close()
+    assert wait_for(lambda: lab.state_is(job_id, "finished"), timeout=60)
 
 
 # ---- corral attach -----------------------------------------------------------------------------
@@ -292,6 +325,22 @@ def test_another_team_forged_revoked_and_agent_tokens_are_refused_and_nothing_st
         refused = [r["result"] for r in _audit(lab, f"WS /v1/jobs/{job_id}/terminal")]
         assert refused.count("403") >= 3 and "101" not in refused
         assert len([r for r in _audit(lab, "WS /v1/jobs") if r["result"] == "401"]) >= 2
+    finally:
+        with lab.server.client(lab.alice) as c:
+            c.post(f"/v1/jobs/{job_id}/cancel")
+
+
+def test_terminals_per_job_are_bounded(lab: Lab) -> None:
+    job_id = submit(lab, lab.alice, gpus_per_replica=1, command=["sleep", "300"])
+    url = lab.server.url.replace("http", "ws", 1) + f"/v1/jobs/{job_id}/terminal"
+    try:
+        running(lab, job_id)
+        with contextlib.ExitStack() as opened:
+            for _ in range(4):
+                opened.enter_context(
+                    connect(url, additional_headers={"Authorization": f"Bearer {lab.alice}"})
+                )
+            assert _ws(lab, f"/v1/jobs/{job_id}/terminal", lab.alice) == 429
     finally:
         with lab.server.client(lab.alice) as c:
             c.post(f"/v1/jobs/{job_id}/cancel")

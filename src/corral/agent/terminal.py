@@ -65,21 +65,28 @@ def _serve(agent: Agent, order: dict[str, Any]) -> None:
         return
     url = agent.server.replace("http", "ws", 1).rstrip("/") + f"/v1/agents/{agent.node}/terminals/{session}"
     try:
-        ws = connect(url, additional_headers={"Authorization": f"Bearer {agent.token}"}, open_timeout=10)
+        with connect(
+            url, additional_headers={"Authorization": f"Bearer {agent.token}"}, open_timeout=10
+        ) as ws:
+            _session(agent, order, ws)
     except (OSError, WebSocketException) as exc:
-        log.warning("terminal %s of job %s: cannot reach the server: %s", session[:8], order.get("job"), exc)
+        log.warning("terminal %s of job %s: %s", session[:8], order.get("job"), exc)
+
+
+def _session(agent: Agent, order: dict[str, Any], ws: Any) -> None:
+    from websockets.exceptions import WebSocketException
+
+    session = str(order["session"])
+    try:
+        shell = Shell(agent, order)
+    except SetupError as exc:
+        ws.send(json.dumps({"type": "error", "message": str(exc)}))
         return
-    with ws:
-        try:
-            shell = Shell(agent, order)
-        except SetupError as exc:
-            ws.send(json.dumps({"type": "error", "message": str(exc)}))
-            return
-        log.info("terminal %s: a shell in job %s rank %s", session[:8], shell.run.job, shell.rank)
-        code = shell.relay(ws)
-        with contextlib.suppress(WebSocketException, OSError):
-            ws.send(json.dumps({"type": "exit", "code": code}))
-        log.info("terminal %s: ended with %s", session[:8], code)
+    log.info("terminal %s: a shell in job %s rank %s", session[:8], shell.run.job, shell.rank)
+    code = shell.relay(ws)
+    with contextlib.suppress(WebSocketException, OSError):
+        ws.send(json.dumps({"type": "exit", "code": code}))
+    log.info("terminal %s: ended with %s", session[:8], code)
 
 
 def shell_of(shell: str) -> str:

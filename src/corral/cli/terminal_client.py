@@ -54,13 +54,12 @@ def open_terminal(server: str, token: str, job_id: str, rank: int = 0, end: bool
         query["end"] = 1
     url = server.replace("http", "ws", 1).rstrip("/") + f"/v1/jobs/{job_id}/terminal?" + urlencode(query)
     try:
-        ws = connect(url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=MAX_SIZE)
+        with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=MAX_SIZE) as ws:
+            return _relay(ws)
     except InvalidStatus as exc:
         raise _refusal(exc) from None
     except (OSError, WebSocketException) as exc:
         raise ClientError(0, f"cannot open a terminal at {server}: {exc}", "is the server running?") from None
-    with ws:
-        return _relay(ws)
 
 
 class _Relay:
