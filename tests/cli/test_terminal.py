@@ -28,7 +28,7 @@ from websockets.sync.client import connect
 
 from tests.agent.conftest import AgentProcess
 from tests.agent.test_sandbox import CLUSTER
-from tests.agent.test_security import need, nobody
+from tests.agent.test_security import SECRET, need, nobody
 from tests.server.harness import Server, wait_for
 
 CLI = [sys.executable, "-c", "from corral.cli.main import main; main()"]
@@ -77,7 +77,7 @@ def lab() -> Iterator[Lab]:
     cluster.write_text(CLUSTER.format(allowed=base / "data"))
     srv = Server(f"sqlite:///{base / 'corral.db'}", base / "server", cluster)
     srv.start()
-    agent = AgentProcess(srv, "dgx01", base, extra=[])
+    agent = AgentProcess(srv, "dgx01", base, extra=[], env={"CORRAL_TEST_SECRET": SECRET})
     try:
         agent.wait_joined()
         alice = srv.token("alice", "member", team="research")
@@ -266,8 +266,9 @@ def test_attach_sees_the_jobs_env_and_cwd_and_leaves_it_running(lab: Lab) -> Non
         running(lab, job_id)
         child = spawn(lab, lab.alice, "attach", job_id)
         child.expect(r"\$ ")
-        child.sendline("echo FOO=$FOO JOB=$CORRAL_JOB_ID CWD=$(pwd) UID=$(id -u)")
-        child.expect(r"FOO=bar-42 JOB=(\w+) CWD=(\S+) UID=(\d+)")
+        line = "echo FOO=$FOO JOB=$CORRAL_JOB_ID CWD=$(pwd) UID=$(id -u) SECRET=[$CORRAL_TEST_SECRET]"
+        child.sendline(line)
+        child.expect(r"FOO=bar-42 JOB=(\w+) CWD=(\S+) UID=(\d+) SECRET=\[\]")  # none of the agent's env
         assert child.match.group(1) == job_id
         assert child.match.group(2).endswith(f"/run/{job_id}/attempt-1/work")
         assert int(child.match.group(3)) == nobody().pw_uid

@@ -79,8 +79,8 @@ def _session(agent: Agent, order: dict[str, Any], ws: Any) -> None:
     session = str(order["session"])
     try:
         shell = Shell(agent, order)
-    except SetupError as exc:
-        ws.send(json.dumps({"type": "error", "message": str(exc)}))
+    except (SetupError, OSError) as exc:
+        ws.send(json.dumps({"type": "error", "message": f"no shell on {agent.node}: {exc}"}))
         return
     log.info("terminal %s: a shell in job %s rank %s", session[:8], shell.run.job, shell.rank)
     code = shell.relay(ws)
@@ -136,6 +136,8 @@ class Shell:
         resize(slave, int(order.get("rows") or 24), int(order.get("cols") or 80))
         fds = run.group.entry_fds() if run.group is not None else []
         try:
+            if run.group is not None and len(fds) < len(run.group.paths):  # never outside its cgroups
+                raise SetupError(f"job {key[0]} attempt {key[1]} is ending on node {agent.node}")
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", SHIM, str(launch)],
                 env=SHIM_ENV,
@@ -146,6 +148,11 @@ class Shell:
                 cwd="/",
                 preexec_fn=preexec(fds) if fds else None,
             )
+        except BaseException:
+            os.close(self.master)
+            with contextlib.suppress(OSError):
+                launch.unlink()  # it holds the job's environment
+            raise
         finally:
             os.close(slave)
             for fd in fds:
