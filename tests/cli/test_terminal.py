@@ -75,7 +75,9 @@ def lab() -> Iterator[Lab]:
     (base / "data").mkdir()
     cluster = base / "cluster.yaml"
     cluster.write_text(CLUSTER.format(allowed=base / "data"))
-    srv = Server(f"sqlite:///{base / 'corral.db'}", base / "server", cluster)
+    srv = Server(
+        f"sqlite:///{base / 'corral.db'}", base / "server", cluster, env={"CORRAL_TERMINAL_IDLE_S": "20"}
+    )
     srv.start()
     agent = AgentProcess(srv, "dgx01", base, extra=[], env={"CORRAL_TEST_SECRET": SECRET})
     try:
@@ -326,6 +328,22 @@ def test_another_team_forged_revoked_and_agent_tokens_are_refused_and_nothing_st
         refused = [r["result"] for r in _audit(lab, f"WS /v1/jobs/{job_id}/terminal")]
         assert refused.count("403") >= 3 and "101" not in refused
         assert len([r for r in _audit(lab, "WS /v1/jobs") if r["result"] == "401"]) >= 2
+    finally:
+        with lab.server.client(lab.alice) as c:
+            c.post(f"/v1/jobs/{job_id}/cancel")
+
+
+def test_an_idle_terminal_is_closed_and_the_job_goes_on(lab: Lab) -> None:
+    job_id = submit(lab, lab.alice, gpus_per_replica=1, command=["sleep", "300"])
+    try:
+        running(lab, job_id)
+        child = spawn(lab, lab.alice, "attach", job_id)
+        child.expect(r"\$ ")
+        child.expect("without traffic", timeout=120)  # nothing typed for 20 s (this server's idle bound)
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus != 0  # the shell was hung up, it did not exit on its own
+        assert lab.state_is(job_id, "running")
     finally:
         with lab.server.client(lab.alice) as c:
             c.post(f"/v1/jobs/{job_id}/cancel")

@@ -110,20 +110,22 @@ class Follow:
         self.attempts: dict[int, int | None] = dict.fromkeys(ranks)
         self.partial = dict.fromkeys(ranks, b"")
 
-    def pump(self, corral: Client) -> bool:
-        """Print what is new in each rank's log; True when anything was."""
+    def pump(self, corral: Client, latest: int = 0) -> bool:
+        """Print what is new in each rank's log (a new attempt's from its start); True when anything was."""
         from corral.client import ClientError
 
         got = False
         for rank, offset in self.offsets.items():
+            seen = self.attempts[rank]
+            if seen is not None and latest > seen:  # restarted or requeued: follow the new attempt
+                self.attempts[rank], offset = latest, 0
+                self._write(rank, f"--- attempt {latest} ---\n".encode())
             try:
                 chunk, _, number = corral.job_log(self.job_id, rank, self.attempts[rank], offset)
             except ClientError as err:
                 if err.status in (404, 503):  # not launched yet, or its node not answering now
                     continue
                 raise
-            if self.attempts[rank] not in (None, number):
-                continue
             self.attempts[rank] = number
             self.offsets[rank] = offset + len(chunk)
             if chunk:
@@ -166,8 +168,9 @@ def _follow_to_end(corral: Client, job_id: str, follow: Follow) -> dict[str, Any
         if job["state"] in WAITING:
             wait_started(corral, job_id)
             continue
-        if not follow.pump(corral) and job["state"] in TERMINAL:
-            follow.pump(corral)  # what was written between the two looks
+        latest = int(job.get("attempt") or 0)
+        if not follow.pump(corral, latest) and job["state"] in TERMINAL:
+            follow.pump(corral, latest)  # what was written between the two looks
             follow.flush()
             return job
         time.sleep(EVERY)

@@ -241,14 +241,18 @@ async def _serve(ctx: Context, user: WebSocket, session: Session) -> None:
         await _say(user, {"type": "error", "message": said})
         await _close(user)
         return
+    idle = asyncio.create_task(_idle(session))
     tasks = [
         asyncio.create_task(_pump(user, agent, session, from_agent=False)),
         asyncio.create_task(_pump(agent, user, session, from_agent=True)),
-        asyncio.create_task(_idle(session)),
+        idle,
     ]
-    _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:
         task.cancel()
+    if idle in done:
+        said = f"the terminal was closed after {IDLE_S:.0f} s without traffic"
+        await _say(user, {"type": "error", "message": said})
     for ws in (user, agent):
         await _close(ws)
 
