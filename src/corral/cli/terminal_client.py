@@ -67,7 +67,6 @@ class _Relay:
         self.ws = ws
         self.done = threading.Event()
         self.code = 1
-        self.resized = False
 
     def output(self) -> None:
         """The shell's output to stdout; its exit status, or an error, from text messages."""
@@ -89,25 +88,24 @@ class _Relay:
         finally:
             self.done.set()
 
-    def input(self) -> None:
-        """Keystrokes to the shell, and the window's size when it changes, until the shell ends."""
+    def input(self, winch: int) -> None:
+        """Keystrokes to the shell, and the window's size when it changes (`winch` becomes readable
+        at each SIGWINCH: a resize is sent before keystrokes typed after it), until the shell ends."""
         stdin = sys.stdin.fileno()
-        open_input = True
+        watched = [winch, stdin]
         while not self.done.is_set():
-            if self.resized:
-                self.resized = False
+            ready = select.select(watched, [], [], 0.1)[0]
+            if winch in ready:
+                with contextlib.suppress(OSError):
+                    os.read(winch, 512)
                 rows, cols = _size()
                 self._send(json.dumps({"type": "resize", "rows": rows, "cols": cols}))
-            ready = select.select([stdin], [], [], 0.1)[0] if open_input else []
-            if not ready:
-                if not open_input:
-                    self.done.wait(0.1)
-                continue
-            data = os.read(stdin, 4096)
-            if not data:
-                open_input = False  # stdin ended: the shell goes on until it exits
-                continue
-            self._send(data)
+            if stdin in ready:
+                data = os.read(stdin, 4096)
+                if data:
+                    self._send(data)
+                else:
+                    watched = [winch]  # stdin ended: the shell goes on until it exits
 
     def _send(self, message: bytes | str) -> None:
         with contextlib.suppress(Exception):
@@ -118,20 +116,23 @@ def _relay(ws: Any) -> int:
     relay = _Relay(ws)
     stdin = sys.stdin.fileno()
     saved = termios.tcgetattr(stdin) if os.isatty(stdin) else None
-
-    def on_winch(_sig: int, _frame: object) -> None:
-        relay.resized = True
-
-    previous = signal.signal(signal.SIGWINCH, on_winch)
+    winch, wake = os.pipe()
+    for fd in (winch, wake):
+        os.set_blocking(fd, False)
+    previous = signal.signal(signal.SIGWINCH, lambda _sig, _frame: None)
+    old_wake = signal.set_wakeup_fd(wake)  # written at delivery, whichever thread takes the signal
     reader = threading.Thread(target=relay.output, daemon=True)
     try:
         if saved is not None:
             tty.setraw(stdin)
         reader.start()
-        relay.input()
+        relay.input(winch)
     finally:
         if saved is not None:
             termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+        signal.set_wakeup_fd(old_wake)
         signal.signal(signal.SIGWINCH, previous)
+        os.close(winch)
+        os.close(wake)
     reader.join(5.0)
     return relay.code
