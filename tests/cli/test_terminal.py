@@ -258,7 +258,10 @@ def test_alloc_ends_when_its_user_goes_away(lab: Lab) -> None:
     child.expect(r"\$ ")
     child.kill(signal.SIGKILL)  # the connection drops: the shell is hung up, the allocation ends
     child.close()
-    assert wait_for(lambda: lab.state_is(job_id, "finished"), timeout=60)
+    try:
+        wait_for(lambda: lab.state_is(job_id, "finished"), timeout=60)
+    except AssertionError:
+        raise AssertionError(f"{lab.job(job_id)}\nagent:\n{lab.agent.output()[-3000:]}") from None
 
 
 # ---- corral attach -----------------------------------------------------------------------------
