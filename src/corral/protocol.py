@@ -195,7 +195,28 @@ class StopOrder(BaseModel):
     seq: int = 0
 
 
-Order = Annotated[StartOrder | StopOrder, Field(discriminator="kind")]
+class TerminalOrder(BaseModel):
+    """Open a shell inside a running attempt (`corral alloc`, `corral attach`): the agent connects
+    its own authenticated WebSocket to `/v1/agents/{node}/terminals/{session}` and relays a pty.
+    Fleet agents run no processes and ignore it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: Literal["terminal"] = "terminal"
+    job: str
+    attempt: int
+    # checked by the server when it orders the session and again by the agent (a malformed one is
+    # ignored there, not refused here: one bad order must not refuse the node's whole batch)
+    rank: int = 0
+    session: str
+    rows: int = 24
+    cols: int = 80
+    term: str = "xterm"
+    end: bool = False  # an allocation: the attempt ends when the shell does
+    seq: int = 0
+
+
+Order = Annotated[StartOrder | StopOrder | TerminalOrder, Field(discriminator="kind")]
 
 
 class Orders(BaseModel):

@@ -40,6 +40,7 @@ from corral.agent.sandbox import (
     closed_data_dir,
     remove_empty_groups,
 )
+from corral.agent.terminal import open_session
 from corral.client import Client, ClientError
 from corral.protocol import (
     HeartbeatAnswer,
@@ -51,6 +52,7 @@ from corral.protocol import (
     ReportStatus,
     StartOrder,
     StopOrder,
+    TerminalOrder,
     check_version,
 )
 
@@ -87,6 +89,7 @@ class Agent:
         fail_gpus: dict[str, str] | None = None,
     ) -> None:
         self.server = server
+        self.token = token  # the node's: its terminal sessions' WebSockets (`agent/terminal.py`)
         self.poll_wait = poll_wait
         self.inventory = inventory
         self.node = str(inventory["node"])
@@ -292,7 +295,7 @@ class Agent:
         return False
 
     # ---- orders ---------------------------------------------------------------------------
-    def handle(self, orders: list[StartOrder | StopOrder]) -> None:
+    def handle(self, orders: list[StartOrder | StopOrder | TerminalOrder]) -> None:
         stops = {(o.job, o.attempt) for o in orders if isinstance(o, StopOrder)}
         latest: dict[str, int] = {}
         for o in orders:
@@ -300,7 +303,9 @@ class Agent:
                 latest[o.job] = max(latest.get(o.job, 0), o.attempt)
         for o in orders:
             key = (o.job, o.attempt)
-            if isinstance(o, StartOrder):
+            if isinstance(o, TerminalOrder):  # a shell inside a running attempt (`agent/terminal.py`)
+                open_session(self, o.model_dump(mode="json"))
+            elif isinstance(o, StartOrder):
                 # a start already stopped, or superseded, in the same batch (a replay) is not run
                 if key in stops or key[1] < latest[key[0]]:
                     self.done.add(key)

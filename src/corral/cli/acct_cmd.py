@@ -11,8 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
-from corral.cli.root import app
 from corral.cli.remote import JsonOpt, ServerOpt, TokenOpt, connect, fail, print_json, print_table, when
+from corral.cli.root import app
 
 # the API's row fields (server/api_acct.py FIELDS), in order, with what each column says
 FIELDS = {

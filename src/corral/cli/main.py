@@ -18,6 +18,7 @@ from corral.cli import (  # noqa: F401  (imported for their commands)
     logs_cmd,
     offline_cmds,
     ops_cmds,
+    run_cmd,
     serve,
     up,
 )

@@ -34,6 +34,7 @@ from corral.protocol import (
     ReportStatus,
     StartOrder,
     StopOrder,
+    TerminalOrder,
     check_version,
 )
 
@@ -215,10 +216,12 @@ class Fleet:
         finally:
             conn.close()
 
-    def _handle(self, node: Node, orders: list[StartOrder | StopOrder]) -> None:
+    def _handle(self, node: Node, orders: list[StartOrder | StopOrder | TerminalOrder]) -> None:
         loop = asyncio.get_running_loop()
         for order in orders:
             key = (order.job, order.attempt)
+            if isinstance(order, TerminalOrder):  # no processes here: no shell to open
+                continue
             if isinstance(order, StartOrder):
                 if key in node.jobs:
                     continue

@@ -23,11 +23,11 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import ColumnElement, Connection, and_, false, func, or_, select
 from starlette.responses import Response
 
-from corral.server.responses import json_response
 from corral.server.auth import Principal
 from corral.server.caller import ctx_of, who_of
 from corral.server.context import Context
 from corral.server.errors import ApiError
+from corral.server.responses import json_response
 from corral.store import schema
 
 router = APIRouter(tags=["jobs"])

@@ -30,11 +30,13 @@ from corral.server import (
     api_jobs,
     api_logs,
     api_nodes,
+    api_terminal,
     dashboard,
 )
 from corral.server.api_jobs import submit_job
 from corral.server.api_metrics import render
 from corral.server.auth import Principal
+from corral.server.bearer import authenticate
 from corral.server.context import Context
 from corral.server.dashboard import is_public
 from corral.server.errors import ApiError
@@ -53,31 +55,6 @@ from corral.server.responses import (
 MAX_BODY = 1 << 20  # 1 MiB
 UNAUDITED = ("/heartbeat",)
 AGENT_TRAFFIC = ("/reports",)  # an agent's reports: audited only when refused (a 4xx says something)
-
-
-async def authenticate(ctx: Context, scope: Scope) -> Principal:
-    """The caller, from `Authorization: Bearer <token>`; 401 when absent, unknown or revoked."""
-    header = ""
-    for name, value in scope.get("headers", ()):
-        if name == b"authorization":
-            header = value.decode("latin-1")
-            break
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(
-            401,
-            "no token: send the header `Authorization: Bearer <token>`",
-            fix="set CORRAL_TOKEN (or run `corral up`, which writes one to your config); "
-            "admins make tokens with `corral token create`",
-        )
-    token = token.strip()
-    cached = ctx.tokens.cached(token)
-    found = cached if not isinstance(cached, bool) else await run_in_threadpool(ctx.tokens.lookup, token)
-    if found is None:
-        raise ApiError(
-            401, "the token is unknown or revoked", fix="ask an admin for a new one (`corral token create`)"
-        )
-    return found
 
 
 class BodyLimit:
@@ -180,7 +157,17 @@ def create_app(ctx: Context) -> FastAPI:
     async def openapi_route() -> Response:
         return json_response(app.openapi())
 
-    for module in (api_jobs, api_logs, api_nodes, api_agents, api_admin, api_config, api_dashboard, api_acct):
+    for module in (
+        api_jobs,
+        api_logs,
+        api_nodes,
+        api_agents,
+        api_admin,
+        api_config,
+        api_dashboard,
+        api_acct,
+        api_terminal,
+    ):
         app.include_router(module.router, prefix="/v1")
     dashboard.install(app)
     app.add_middleware(Gate, ctx=ctx)
@@ -213,6 +200,11 @@ class Gate:
         self.ctx = ctx
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # the terminal channel (`server/api_terminal.py`)
+            from corral.server.api_terminal import gate
+
+            await gate(self.ctx, scope, receive, send, self.inner)
+            return
         if scope["type"] != "http":
             await self.inner(scope, receive, send)
             return
