@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -59,6 +60,10 @@ def server(
     ] = 20,
 ) -> None:
     """Run the control plane: the HTTP API (FastAPI on uvicorn) and the scheduler process."""
+    from corral.server import metrics_dir  # before any module that defines metrics
+
+    os.umask(0o077)  # the data directory and what is in it are the service user's alone
+    metrics_dir.prepare(data_dir())
     from corral.core.errors import ConfigError
     from corral.server.config_check import LiveConflict
     from corral.server.main import ServerOptions, serve

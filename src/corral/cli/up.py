@@ -76,6 +76,10 @@ def up(
     ] = None,
 ) -> None:
     """Run Corral on this machine: API, scheduler and this machine as its node; Ctrl-C stops it."""
+    from corral.server import metrics_dir  # before any module that defines metrics
+
+    os.umask(0o077)  # the data directory and what is in it are the service user's alone
+    metrics_dir.prepare(data_dir())
     from corral.server.main import ServerOptions, check_listen, serve
 
     os.umask(0o077)  # the database, job records and logs are private (DESIGN.md 6.6)

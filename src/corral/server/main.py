@@ -7,7 +7,6 @@ import hashlib
 import ipaddress
 import logging
 import os
-import shutil
 import signal
 import stat
 import subprocess
@@ -22,6 +21,7 @@ from sqlalchemy import Connection, func, select
 from sqlalchemy.engine import make_url
 
 from corral.config.yaml_source import load_yaml
+from corral.server import metrics_dir
 from corral.server.auth import create_token
 from corral.server.cluster import apply_revision, get_setting, put_setting
 from corral.server.context import Context
@@ -197,10 +197,7 @@ def serve(opts: ServerOptions) -> None:
     check_listen(opts)
     os.umask(0o077)  # the database, tokens and metrics are the service user's alone (DESIGN.md 6.6)
     private_dir(opts.data_dir)
-    metrics_dir = opts.data_dir / "metrics"
-    shutil.rmtree(metrics_dir, ignore_errors=True)
-    metrics_dir.mkdir(parents=True)
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    metrics_dir.prepare(opts.data_dir)  # done first by the commands, before metrics are imported
     lease = hold_database(opts.database_url)  # `corral admin restore` refuses while it is held
     engines, token = prepare_store(opts)
     if token is not None:
