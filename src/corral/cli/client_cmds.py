@@ -352,54 +352,36 @@ def _act(
     raise typer.Exit(code)
 
 
-@app.command(rich_help_panel=PANEL)
-def cancel(
-    ctx: typer.Context,
-    job_ids: JobIds,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Cancel jobs: a pending one at once; a running one is told to checkpoint, then stopped.
-
-    With --json: each job object on its own line."""
-    _act(ctx, "cancel", job_ids, server, token, as_json)
+ACTIONS = (
+    (
+        "cancel",
+        "Cancel jobs: a pending one at once; a running one is told to checkpoint, then stopped.\n\n"
+        "With --json: each job object on its own line.",
+    ),
+    ("hold", "Keep pending jobs from starting until released."),
+    ("release", "Let held jobs start again."),
+    ("requeue", "Stop running jobs (checkpoint signal, then a kill) and put them back in their queue."),
+)
 
 
-@app.command(rich_help_panel=PANEL)
-def hold(
-    ctx: typer.Context,
-    job_ids: JobIds,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Keep pending jobs from starting until released."""
-    _act(ctx, "hold", job_ids, server, token, as_json)
+def _action_command(action: str, help_text: str) -> None:
+    """`corral cancel|hold|release|requeue JOB...`: one command per job action, all alike."""
+
+    def command(
+        ctx: typer.Context,
+        job_ids: JobIds,
+        server: ServerOpt = None,
+        token: TokenOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        _act(ctx, action, job_ids, server, token, as_json)
+
+    command.__doc__ = help_text
+    app.command(name=action, rich_help_panel=PANEL)(command)
 
 
-@app.command(rich_help_panel=PANEL)
-def release(
-    ctx: typer.Context,
-    job_ids: JobIds,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Let held jobs start again."""
-    _act(ctx, "release", job_ids, server, token, as_json)
-
-
-@app.command(rich_help_panel=PANEL)
-def requeue(
-    ctx: typer.Context,
-    job_ids: JobIds,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Stop running jobs (checkpoint signal, then a kill) and put them back in their queue."""
-    _act(ctx, "requeue", job_ids, server, token, as_json)
+for _action, _help in ACTIONS:
+    _action_command(_action, _help)
 
 
 # ---- events and usage --------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import Connection, select, update
 from starlette.responses import Response
 
+from corral.core.eventshape import ending_line
 from corral.protocol import StopWhy
 from corral.server import metrics
 from corral.server.attempts import Stop, nodes_of, stop_attempt
@@ -191,9 +192,7 @@ def _change(ctx: Context, who: Principal, job_id: str, action: str, conn: Connec
         ).rowcount
         if changed != 1:
             raise ApiError(409, f"job {job_id} changed meanwhile", fix="try again")
-        ctx.journal(
-            conn, [{"event": "cancel", "t": now, "job": job_id, "reason": f"cancelled by {who.name}"}]
-        )
+        ctx.journal(conn, [ending_line("cancel", now, job_id, None, f"cancelled by {who.name}")])
     elif state in ("starting", "running"):
         if action == "requeue" and not who.is_admin and row.team != who.team:
             raise ApiError(403, "only the job's team or an admin may requeue it")

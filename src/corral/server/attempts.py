@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, update
 
 from corral.protocol import StopWhy, stop_order
-from corral.server.context import Context
 from corral.store import schema
 from corral.store.engine import dumps
+
+if TYPE_CHECKING:  # the scheduler process, which imports this module, needs no API context
+    from corral.server.context import Context
 
 LIVE = ("starting", "running")
 Journal = Callable[[Connection, list[dict[str, Any]]], object]

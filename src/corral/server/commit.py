@@ -24,7 +24,7 @@ from sqlalchemy import Connection, bindparam, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from corral.core.decisions import Preempt, Start
-from corral.core.eventshape import placement_json
+from corral.core.eventshape import ending_line, placement_json, preempting_line, reject_line, start_line
 from corral.protocol import StopWhy, start_order, stop_order
 from corral.server.attempts import Stop, stop_attempt
 from corral.server.endings import Ending
@@ -162,9 +162,7 @@ class Batch:
                 for r in s.placement
                 for g in r.gpus
             ]
-            events.append(
-                {"event": "start", "t": now, "job": s.job, "attempt": s.attempt, "placement": placement}
-            )
+            events.append(start_line(now, s.job, s.attempt, placement))
             nodes = sorted({r.node for r in s.placement})
             order = start_order(
                 s.job,
@@ -210,19 +208,7 @@ class Batch:
         """Tell every victim of one preemptor to checkpoint and stop; all or none."""
         for p, nodes in victims:
             self._stop(p.job, p.attempt, "preempt", p.by, p.deadline, nodes)
-        self.events(
-            [
-                {
-                    "event": "preempting",
-                    "t": self.now,
-                    "job": p.job,
-                    "attempt": p.attempt,
-                    "by": p.by,
-                    "deadline": p.deadline,
-                }
-                for p, _ in victims
-            ]
-        )
+        self.events([preempting_line(self.now, p.job, p.attempt, p.by, p.deadline) for p, _ in victims])
 
     def _stop(
         self, job: str, attempt: int, kind: str, by: str | None, deadline: float, nodes: list[str]
@@ -247,7 +233,7 @@ class Batch:
         ).rowcount
         if changed != 1:
             raise GuardFailed(f"reject {job}: no longer pending")
-        self.events([{"event": "reject", "t": self.now, "job": job, "reason": reason}])
+        self.events([reject_line(self.now, job, reason)])
 
     def reasons(self, changes: Sequence[ReasonChange]) -> None:
         """Persist changed reasons of pending jobs; a new code also goes to the reason history."""
@@ -391,16 +377,7 @@ class EndItem(NamedTuple):
 
 def _ending_event(i: EndItem, now: float) -> dict[str, Any]:
     o = i.outcome
-    event: dict[str, Any] = {"event": o.event, "t": now, "job": i.job, "attempt": i.attempt}
-    if o.reason:
-        event["reason"] = o.reason
-    if o.exit_code is not None:
-        event["exit_code"] = o.exit_code
-    if o.rank is not None:
-        event["rank"] = o.rank
-    if o.log_tail:
-        event["log_tail"] = o.log_tail
-    return event
+    return ending_line(o.event, now, i.job, i.attempt, o.reason, o.exit_code, o.rank, o.log_tail)
 
 
 def _chunks(values: Sequence[T]) -> list[Sequence[T]]:

@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 from sqlalchemy import Connection, func, select
 from sqlalchemy.engine import make_url
 
 from corral.config.yaml_source import load_yaml
 from corral.server import metrics_dir
+from corral.server.app import create_app
 from corral.server.auth import create_token
 from corral.server.cluster import apply_revision, get_setting, put_setting
 from corral.server.context import Context
@@ -29,7 +31,7 @@ from corral.server.liveness import mark_unheard
 from corral.server.throttle import FailedAuthThrottle
 from corral.store import schema
 from corral.store.engine import Engines, make_engines, upgrade
-from corral.store.inuse import DatabaseInUse, Lease, hold
+from corral.store.inuse import hold_database
 
 log = logging.getLogger("corral.server")
 
@@ -203,11 +205,6 @@ def serve(opts: ServerOptions) -> None:
     if token is not None:
         path = opts.data_dir / "admin-token"
         print(f"corral: first admin token written to {path}", file=sys.stderr)
-    # the web stack is imported here, not above: the scheduler process imports this module (for
-    # `hold_database`) and runs no HTTP server
-    import uvicorn
-
-    from corral.server.app import create_app
 
     scheduler = Supervisor(opts, dict(os.environ)) if opts.scheduler else None
     ctx = Context(
@@ -268,11 +265,3 @@ def banner(opts: ServerOptions) -> str:
             "  stop with Ctrl-C",
         ]
     )
-
-
-def hold_database(url: str) -> Lease:
-    """The process's lease on its database (store/inuse.py); exits with the reason while a restore runs."""
-    try:
-        return hold(url)
-    except DatabaseInUse as exc:
-        raise SystemExit(f"corral: {exc}") from None

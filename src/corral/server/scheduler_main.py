@@ -9,8 +9,8 @@ import sys
 import threading
 import time
 
-from corral.server.main import hold_database
 from corral.server.scheduler import main
+from corral.store.inuse import hold_database
 
 
 def _parent_watch() -> None:

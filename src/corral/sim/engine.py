@@ -23,6 +23,7 @@ from corral.config.cluster_file import ClusterConfig
 from corral.core.cycle import schedule, to_placement
 from corral.core.decisions import CycleResult
 from corral.core.errors import TraceError
+from corral.core.eventshape import ending_line, preempting_line, reject_line, start_line, submit_line
 from corral.core.model import (
     INFINITY,
     JobId,
@@ -280,23 +281,13 @@ class Simulation:
         """Nothing runs and nothing will arrive: the rest can never start (e.g. nodes down forever)."""
         for job_id in list(self.state.jobs):
             self.state.remove_pending(job_id)
-            self.log.emit(
-                {"event": "reject", "t": now, "job": job_id, "reason": "can never start: the cluster is idle"}
-            )
+            self.log.emit(reject_line(now, job_id, "can never start: the cluster is idle"))
 
     def _submit(self, job: _Job, now: float) -> None:
         spec = job.spec
         self.jobs[spec.id] = job
         self.state.submit(spec, true_duration=job.trace.duration)
-        self.log.emit(
-            {
-                "event": "submit", "t": now, "job": spec.id, "queue": spec.queue, "replicas": spec.replicas,
-                "gpus_per_replica": spec.gpus_per_replica, "priority": spec.priority,
-                "priority_class": spec.priority_class, "gpu_model": list(spec.gpu_model),
-                "topology": {"pack": None, "required": False}, "time_limit": spec.time_limit,
-                "preemptible": spec.preemptible, "user": spec.user, "duration": job.trace.duration,
-            }
-        )  # fmt: skip
+        self.log.emit(submit_line(spec, now, {"duration": job.trace.duration}))
 
     def _cycle(self, now: float) -> None:
         self.stats.cycles += 1
@@ -309,19 +300,10 @@ class Simulation:
         if self.on_cycle is not None:
             self.on_cycle(result)
         for r in result.rejections:
-            self.log.emit({"event": "reject", "t": now, "job": r.job, "reason": r.reason})
+            self.log.emit(reject_line(now, r.job, r.reason))
             del self.jobs[r.job]
         for p in result.preemptions:
-            self.log.emit(
-                {
-                    "event": "preempting",
-                    "t": now,
-                    "job": p.job,
-                    "attempt": p.attempt,
-                    "by": p.by,
-                    "deadline": p.deadline,
-                }
-            )
+            self.log.emit(preempting_line(now, p.job, p.attempt, p.by, p.deadline))
             self._push(p.deadline, _STOP, (p.job, p.attempt, p.reason))
         self._starts(result, now)
 
@@ -347,13 +329,8 @@ class Simulation:
             factor = self._factors[span, ideal] = self.options.slowdown.factor(span, ideal)
         job.factor = factor
         names = state.topology.span_names
-        self.log.emit(
-            {
-                "event": "start", "t": now, "job": job_id, "attempt": attempt_no,
-                "placement": placement_json(placement), "span": names[span], "ideal_span": names[ideal],
-                "backfilled": backfilled,
-            }
-        )  # fmt: skip
+        extra = {"span": names[span], "ideal_span": names[ideal], "backfilled": backfilled}
+        self.log.emit(start_line(now, job_id, attempt_no, placement_json(placement), extra))
         run_time = job.work * job.factor
         limit = job.spec.time_limit
         if limit is not None and limit < run_time:
@@ -384,9 +361,9 @@ class Simulation:
             return False  # a stale end: the attempt was preempted or lost meanwhile
         self.state.end(job_id, requeue=False, now=now)
         if failure is None:
-            self.log.emit({"event": "finish", "t": now, "job": job_id, "attempt": attempt})
+            self.log.emit(ending_line("finish", now, job_id, attempt))
         else:
-            self.log.emit({"event": "fail", "t": now, "job": job_id, "attempt": attempt, "reason": failure})
+            self.log.emit(ending_line("fail", now, job_id, attempt, failure))
         del self.jobs[job_id]
         return True
 
@@ -402,16 +379,7 @@ class Simulation:
         job.work = job.trace.duration - kept + self.options.preemption.restart_overhead
         job.progress = kept
         self.state.end(running.spec.id, requeue=True, now=now)
-        self.log.emit(
-            {
-                "event": kind,
-                "t": now,
-                "job": job_id,
-                "attempt": attempt,
-                "reason": reason,
-                "lost_gpu_seconds": lost,
-            }
-        )
+        self.log.emit(ending_line(kind, now, job_id, attempt, reason, extra={"lost_gpu_seconds": lost}))
         return True
 
     def _fail_node(self, name: NodeName, now: float) -> bool:
