@@ -11,7 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import Connection, select, update
 from starlette.responses import Response
 
-from corral.server import metrics
+from corral.server import arrays, metrics
 from corral.server.app import json_response
 from corral.server.auth import Principal
 from corral.server.caller import ctx_of, who_of
@@ -55,6 +55,15 @@ async def submit(
 async def submit_job(ctx: Context, who: Principal, spec: object) -> dict[str, Any]:
     """Check a submission, write it in the next group commit, and answer the job object."""
     _no_agents(who)
+    if arrays.is_special(spec):  # an array or a dependency: server/arrays.py
+        assert isinstance(spec, dict)
+        try:
+            out = await arrays.submit(ctx, who, spec)
+        except ApiError as exc:
+            metrics.SUBMISSIONS.labels(str(exc.status)).inc()
+            raise
+        metrics.SUBMISSIONS.labels("201").inc()
+        return out
     model, static = ctx.model()
     try:
         prepared = prepare(model, static, spec, who, ctx.clock())
@@ -93,6 +102,7 @@ def _list(
     limit: int,
     after: int,
     before: int = 0,
+    array: str | None = None,
 ) -> list[dict[str, Any]]:
     j = schema.jobs
     if before:  # newest first, below `before` (the dashboard's pages)
@@ -108,6 +118,8 @@ def _list(
         q = q.where(j.c.queue == queue)
     if user:
         q = q.where(j.c.user == user)
+    if array:
+        q = q.where(j.c.array_id == array)
     with ctx.engines.reader.connect() as conn:
         rows = conn.execute(q).all()
         places = _placements(conn, rows)
@@ -125,6 +137,7 @@ async def list_jobs(
     before: int = Query(
         0, ge=0, le=MAX_CURSOR, description="newest first, only jobs with a smaller seq (0: oldest first)"
     ),
+    array: str | None = Query(None, description="only the tasks of this job array"),
 ) -> Response:
     """Jobs you may see (your team's; admins: all), oldest first (newest first with `before`)."""
     who = who_of(request)
@@ -137,7 +150,9 @@ async def list_jobs(
             raise ApiError(422, f"unknown state {s!r}", fix=f"use one of: {', '.join(STATES)}, active")
         else:
             wanted.append(s)
-    rows = await run_in_threadpool(_list, ctx_of(request), who, wanted, queue, user, limit, after, before)
+    rows = await run_in_threadpool(
+        _list, ctx_of(request), who, wanted, queue, user, limit, after, before, array
+    )
     return json_response({"jobs": rows})
 
 
@@ -156,8 +171,19 @@ async def get_job(request: Request, job_id: str) -> Response:
     """One job: state, placement, and the reason it is pending."""
     who = who_of(request)
     _no_agents(who)
+    found = await run_in_threadpool(_array_of, ctx_of(request), who, job_id)
+    if found is not None:  # a job array as one object: spec, cap, tasks per state
+        return json_response(found)
     row, placement = await run_in_threadpool(_get, ctx_of(request), who, job_id)
     return json_response(job_json(row, placement))
+
+
+def _array_of(ctx: Context, who: Principal, job_id: str) -> dict[str, Any] | None:
+    if "_" in job_id:  # a task: an ordinary job
+        return None
+    with ctx.engines.reader.connect() as conn:
+        row = arrays.array_row(conn, job_id, who)
+        return None if row is None else arrays.array_json(conn, row)
 
 
 def _history(ctx: Context, who: Principal, job_id: str) -> dict[str, Any]:
@@ -286,4 +312,7 @@ async def change_job(request: Request, job_id: str, action: str) -> Response:
         raise ApiError(404, f"no action {action!r} on jobs", fix="use cancel, hold, release or requeue")
     ctx, who = ctx_of(request), who_of(request)
     _no_agents(who)
+    if await run_in_threadpool(_array_of, ctx, who, job_id) is not None:  # the whole array
+        whole = await ctx.write(lambda conn: arrays.change_array(ctx, who, job_id, action, conn))
+        return json_response(whole)
     return json_response(await ctx.write(lambda conn: _change(ctx, who, job_id, action, conn)))

@@ -38,6 +38,7 @@ from corral.server.cluster import get_setting, node_spec_of, scheduling_state
 from corral.server.commit import Batch, EndItem, StartItem
 from corral.server.doorbell import Bell, Doorbell
 from corral.server.endings import Ending, ending_of
+from corral.server.gates import Gates
 from corral.server.in_force import NoRevisionApplies, choose, report_refusal
 from corral.server.jobs import spec_from_json
 from corral.server.reasons import ReasonBook, ReasonChange
@@ -92,6 +93,8 @@ class Scheduler:
         self.reasons_due = 0.0
         self.reason_flush = REASON_FLUSH
         self.reasons_waiting = False  # a cycle's reasons were not written yet
+        self.gates = Gates()  # array tasks beyond %N and jobs whose dependency waits (server/gates.py)
+        self._submitted: dict[str, Any] = {}  # rows of the jobs `_load_pending` read last
 
     # ---- memory from the database -------------------------------------------------------
     def reload(self) -> None:
@@ -132,10 +135,14 @@ class Scheduler:
                     j.c.reason_code,
                     j.c.reason,
                     j.c.reason_at,
+                    j.c.id,
+                    j.c.array_id,
+                    j.c.dependency,
                 )
                 .where(j.c.state == "pending")
                 .order_by(j.c.seq)
             ).all()
+            pending = self.gates.load(conn, list(pending))
             specs = [(spec_from_json(r.spec), r) for r in pending]
             found = choose(conn, live, specs, self.policy, self.revision)
             model, state = found.model, found.state
@@ -228,6 +235,7 @@ class Scheduler:
             endings = [e for e in endings if e[0] in self.state.running]
             for job_id, attempt, ending in endings:
                 self._end_in_memory(job_id, attempt, ending)
+        force = self._open_gates(bool(entries or endings)) or force
         if not entries and not force:
             return
         now = self.clock()
@@ -258,6 +266,9 @@ class Scheduler:
             return
         batch = self._commit(endings, result, changes, now)
         self.own.update(batch.own_seqs)
+        if self.gates.waiting and (endings or (result is not None and _decided(result))):
+            self.gates.recheck = True  # what just ended or started may let a dependent job in
+            self.wake = min(self.wake, now)
         if batch.dropped:
             log.warning(
                 "dropped %d decision groups (%s); rebuilding state", len(batch.dropped), batch.dropped[0]
@@ -266,6 +277,22 @@ class Scheduler:
         self.api_bell.ring()
         if result is not None:  # the writes count toward the cycle's duty too
             self.next_cycle = max(self.next_cycle, _next_cycle(began, time.monotonic() - began))
+
+    def _is_new(self, job_id: JobId) -> bool:
+        state = self.state
+        assert state is not None
+        return job_id not in state.jobs and job_id not in state.running and job_id not in self.gates.parked
+
+    def _open_gates(self, changed: bool) -> bool:
+        """Let gated jobs into the core (server/gates.py); True when it let any in or cancelled any."""
+        assert self.state is not None
+        self.gates.recheck = self.gates.recheck or changed
+        released, seqs = self.gates.open(self.state, self.engines, self.clock())
+        self.own.update(seqs)
+        self.reasons.fresh.update(released)
+        if seqs:
+            self.api_bell.ring()
+        return bool(released or seqs)
 
     def _read_journal(self) -> list[Any]:
         e = schema.events
@@ -296,13 +323,17 @@ class Scheduler:
             if kind == "submit" and job_id in specs:
                 if specs[job_id].queue not in state.queues:  # accepted under a revision not in force
                     log.error("job %s left out: its queue is not in the revision in force", job_id)
-                elif job_id not in state.jobs and job_id not in state.running:
+                elif self._is_new(job_id) and not self.gates.holds_back(self._submitted[job_id]):
                     state.submit(specs[job_id])
                     self.reasons.fresh.add(job_id)
             elif kind == "cancel" and job_id in state.jobs:
                 state.remove_pending(job_id)
+            elif kind == "cancel" and job_id in self.gates.parked:
+                self.gates.forget(job_id)
             elif kind in ("x.hold", "x.release") and job_id in state.jobs:
                 state.jobs[job_id].held = kind == "x.hold"
+            elif kind in ("x.hold", "x.release") and job_id is not None:
+                self.gates.set_held(job_id, kind == "x.hold")
             elif kind == "x.stop":
                 body = json.loads(r.body)
                 attempt = state.running.get(job_id) if job_id else None
@@ -415,7 +446,14 @@ class Scheduler:
     def _load_pending(self, ids: list[str]) -> dict[JobId, Any]:
         j = schema.jobs
         with self.engines.reader.connect() as conn:
-            rows = conn.execute(select(j.c.id, j.c.spec).where(j.c.id.in_(ids), j.c.state == "pending")).all()
+            rows = conn.execute(
+                select(
+                    j.c.id, j.c.spec, j.c.attempt, j.c.held, j.c.not_before, j.c.reason, j.c.array_id,
+                    j.c.dependency,
+                ).where(j.c.id.in_(ids), j.c.state == "pending")
+            ).all()  # fmt: skip
+        self._submitted = {r.id: r for r in rows}
+        self.gates.note_submits(self.engines, rows)
         return {JobId(r.id): spec_from_json(r.spec) for r in rows}
 
     def _stop_rows(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], Any]:
