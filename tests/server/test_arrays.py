@@ -95,7 +95,8 @@ def test_array_tasks_see_their_index_in_the_environment(server: Server) -> None:
 
 def test_cancel_hold_release_act_on_a_whole_array_or_one_task(server: Server) -> None:
     with server.client() as c:
-        base = c.post("/v1/jobs", json={"queue": "research", "array": "0-5%2", "command": ["true"]}).json()["id"]
+        spec = {"queue": "research", "array": "0-5%2", "command": ["true"]}
+        base = c.post("/v1/jobs", json=spec).json()["id"]
         held = c.post(f"/v1/jobs/{base}/hold")
         assert held.status_code == 200, held.text
         tasks = c.get("/v1/jobs", params={"array": base}).json()["jobs"]
@@ -126,7 +127,8 @@ def test_an_afterok_pipeline_runs_in_order(server: Server) -> None:
         starts = [e["job"] for e in log if e["event"] == "start"]
         assert starts == [a, b["id"], c3["id"]]
         seq = {(e["event"], e["job"]): e["seq"] for e in log if e["event"] in ("start", "finish")}
-        assert seq[("finish", a)] < seq[("start", b["id"])] < seq[("finish", b["id"])] < seq[("start", c3["id"])]
+        b_id, c_id = b["id"], c3["id"]
+        assert seq[("finish", a)] < seq[("start", b_id)] < seq[("finish", b_id)] < seq[("start", c_id)]
     agent.close()
 
 
