@@ -12,6 +12,8 @@ Tasks beyond the cap, and jobs whose dependency does not hold yet, wait outside 
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -83,28 +85,11 @@ def _insert(
         stored = dependencies.dumps_conditions(dep, conditions)
     _, waiting = dependencies.verdict(conditions, dependencies.progress(conn, conditions))
     cap = array.max_running if array is not None else 0
-    rows, events = [], []
-    numbered = zip(range(first, first + len(ids)), ids, tasks, strict=True)
-    for position, (seq, job_id, task) in enumerate(numbered):
-        spec = replace(prepared.spec, id=JobId(job_id), seq=seq)
-        request = prepared.request
-        if array is not None and task is not None:
-            request = {**request, "env": {**request.get("env", {}), **_array_env(base, task, array)}}
-        reason, code = "", ""
-        if waiting:
-            reason, code = waiting, DEPENDENCY_CODE
-        elif cap and position >= cap:
-            reason, code = _cap_sentence(base, cap), ARRAY_LIMIT_CODE
-        row = _job_row(seq, job_id, spec, replace(prepared, request=request))
-        row.update(array_id=base if array is not None else None, array_task=task, dependency=stored)
-        row.update(reason=reason, reason_code=code)
-        rows.append(row)
-        event = submit_event(spec)
-        if array is not None:
-            event.update(array=base, array_task=task)
-        if dep is not None:
-            event["dependency"] = [list(c) for c in conditions]
-        events.append(event)
+    rows, events = _rows(prepared, first, base, array, stored, waiting)
+    if dep is not None:
+        resolved = [list(c) for c in conditions]
+        for event in events:
+            event["dependency"] = resolved
     insert_rows(conn, "jobs", rows)
     append_events(conn, events, is_sqlite)
     if array is not None:
@@ -120,7 +105,50 @@ def _insert(
     return out
 
 
-def _array_env(base: str, task: int, array: ArraySpec) -> dict[str, str]:
+def _rows(
+    prepared: Prepared, first: int, base: str, array: ArraySpec | None, stored: str, waiting: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The job rows and `submit` events of a submission's tasks (one task for a plain job).
+
+    Tasks differ only by id, seq and index: their spec and request are written as JSON once,
+    with unique placeholders that each task's values replace (10,000 `json.dumps` would cost
+    most of the submission)."""
+    mark = uuid.uuid4().hex
+    id_mark, task_mark, seq_mark = f"{mark}i", f"{mark}t", 987_654_321_987_654
+    spec = replace(prepared.spec, id=JobId(id_mark), seq=seq_mark)
+    request = prepared.request
+    if array is not None:
+        request = {**request, "env": {**request.get("env", {}), **_array_env(base, task_mark, array)}}
+    row0 = _job_row(seq_mark, id_mark, spec, replace(prepared, request=request))
+    spec_text, request_text = str(row0["spec"]), str(row0["request"])
+    event0 = submit_event(spec)
+    tasks: Sequence[int | None] = array.indices if array is not None else (None,)
+    cap = array.max_running if array is not None else 0
+    cap_reason = _cap_sentence(base, cap) if cap else ""
+    rows, events = [], []
+    for position, task in enumerate(tasks):
+        seq = first + position
+        job_id = base if task is None else f"{base}_{task}"
+        reason, code = (waiting, DEPENDENCY_CODE) if waiting else ("", "")
+        if not waiting and cap and position >= cap:
+            reason, code = cap_reason, ARRAY_LIMIT_CODE
+        rows.append(
+            {
+                **row0, "seq": seq, "id": job_id,
+                "spec": spec_text.replace(id_mark, job_id).replace(str(seq_mark), str(seq), 1),
+                "request": request_text.replace(task_mark, str(task)) if task is not None else request_text,
+                "array_id": base if array is not None else None, "array_task": task,
+                "dependency": stored, "reason": reason, "reason_code": code,
+            }
+        )  # fmt: skip
+        event = {**event0, "job": job_id}
+        if array is not None:
+            event.update(array=base, array_task=task)
+        events.append(event)
+    return rows, events
+
+
+def _array_env(base: str, task: int | str, array: ArraySpec) -> dict[str, str]:
     values = {
         "ARRAY_JOB_ID": base,
         "ARRAY_TASK_ID": str(task),
