@@ -232,6 +232,11 @@ def _summary_state(states: dict[str, int]) -> str:
     return next((s for s in _ORDER if states.get(s)), "finished")
 
 
+def _in_order(rows: Sequence[Any]) -> list[str]:
+    """Task ids by their index (RETURNING gives no order)."""
+    return sorted((str(r.id) for r in rows), key=lambda i: int(i.rsplit("_", 1)[1]))
+
+
 def change_array(
     ctx: Context, who: Principal, array_id: str, action: str, conn: Connection
 ) -> dict[str, Any]:
@@ -243,29 +248,25 @@ def change_array(
         raise ApiError(404, f"no job {array_id} that you may see", fix="list yours with `corral jobs`")
     j = schema.jobs
     now = ctx.clock()
-    pending = conn.execute(
-        select(j.c.id).where(j.c.array_id == array_id, j.c.state == "pending").order_by(j.c.seq)
-    ).all()
-    ids = [r.id for r in pending]
-    if action in ("hold", "release") and ids:
-        conn.execute(
-            update(j)
-            .where(j.c.id.in_(ids), j.c.state == "pending")
-            .values(held=action == "hold", version=j.c.version + 1)
-        )
-        ctx.journal(conn, [{"event": f"x.{action}", "job": i, "by": who.name} for i in ids])
+    pending = (j.c.array_id == array_id, j.c.state == "pending")
+    if action in ("hold", "release"):
+        changed = conn.execute(
+            update(j).where(*pending).values(held=action == "hold", version=j.c.version + 1).returning(j.c.id)
+        ).all()  # exactly the tasks changed, even if the scheduler started one meanwhile
+        ctx.journal(conn, [{"event": f"x.{action}", "job": i, "by": who.name} for i in _in_order(changed)])
     elif action == "cancel":
         reason = f"cancelled by {who.name}"
-        if ids:
-            conn.execute(
-                update(j)
-                .where(j.c.id.in_(ids), j.c.state == "pending")
-                .values(
-                    state="cancelled", end_time=now, version=j.c.version + 1, reason=reason,
-                    reason_code="cancel", reason_at=None,
-                )
-            )  # fmt: skip
-            ctx.journal(conn, [{"event": "cancel", "t": now, "job": i, "reason": reason} for i in ids])
+        changed = conn.execute(
+            update(j)
+            .where(*pending)
+            .values(
+                state="cancelled", end_time=now, version=j.c.version + 1, reason=reason,
+                reason_code="cancel", reason_at=None,
+            )
+            .returning(j.c.id)
+        ).all()  # fmt: skip
+        entries = [{"event": "cancel", "t": now, "job": i, "reason": reason} for i in _in_order(changed)]
+        ctx.journal(conn, entries)
         live = conn.execute(
             select(j.c.id).where(j.c.array_id == array_id, j.c.state.in_(("starting", "running", "stopping")))
         ).all()
