@@ -195,3 +195,42 @@ def test_singleton_waits_for_earlier_jobs_of_the_same_name(server: Server) -> No
         starts = [e["job"] for e in events(c) if e["event"] == "start"]
         assert starts == [first, second["id"]]
     agent.close()
+
+
+def test_gates_survive_a_scheduler_restart(server: Server) -> None:
+    import os
+    import signal
+    import subprocess
+
+    agent = FakeAgent(server, "dgx01", 8, "H100-80GB")
+    agent.register()
+    with server.client() as c:
+        first = c.post("/v1/jobs", json={"queue": "research", "command": ["true"]}).json()["id"]
+        after = c.post(
+            "/v1/jobs", json={"queue": "research", "command": ["true"], "dependency": f"afterok:{first}"}
+        )
+        spec = {"queue": "research", "array": "0-11%2", "command": ["true"]}
+        base = c.post("/v1/jobs", json=spec).json()["id"]
+        wait_for(lambda: agent.orders(wait=1))  # the first starts are out: nothing reported yet
+        assert server.proc is not None
+        children = subprocess.run(["pgrep", "-P", str(server.proc.pid)], capture_output=True, text=True)
+        os.kill(int(children.stdout.split()[0]), signal.SIGKILL)  # the scheduler; the server restarts it
+        agent.after = 0  # hear the orders again, as a restarted agent would
+        waiting = c.get(f"/v1/jobs/{after.json()['id']}").json()
+        assert (
+            waiting["state"] == "pending" and waiting["reason"] == f"waits for {first} to finish successfully"
+        )
+
+        def done() -> bool:
+            run_orders(agent)
+            states = c.get(f"/v1/jobs/{base}").json()["states"]
+            return bool(
+                states == {"finished": 12}
+                and c.get(f"/v1/jobs/{after.json()['id']}").json()["state"] == "finished"
+            )
+
+        wait_for(done, timeout=120, interval=0)
+        log = events(c)
+        tasks = {e["job"] for e in log if e.get("array") == base}
+        assert max_running(log, tasks) == 2
+    agent.close()
