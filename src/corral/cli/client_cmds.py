@@ -87,16 +87,36 @@ def submit(
     mount: Annotated[
         list[str] | None, typer.Option("--mount", help="SRC:DST[:ro]; repeat", show_default=False)
     ] = None,
+    array: Annotated[
+        str | None, typer.Option(help="a job array: 0-99, 0-15:4, 1,3,5-7; %N: at most N at once")
+    ] = None,
+    dependency: Annotated[
+        str | None, typer.Option(help="afterok:J[:J...], afterany:J, afternotok:J, after:J, singleton")
+    ] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a job: `corral submit --gpus 4 -- python train.py`. Every job-spec field is a flag.
 
-    `--gpu-model` repeats (acceptable models, or a glob such as H100*). Prints the job's id;
-    with --json the job object, as `GET /v1/jobs/{id}` returns it.
+    `--gpu-model` repeats (acceptable models, or a glob such as H100*). `corral submit
+    script.sh` sends a batch script, its `#CORRAL` lines read as flags (like `#SBATCH`; the
+    command line wins). Prints the job's id; with --json the job object, as `GET /v1/jobs/{id}`
+    returns it (an array: the array object).
     """
     from corral.core.errors import ConfigError
+
+    if command and not ctx.meta.get("corral.script"):
+        from corral.cli import batch_script
+
+        script = batch_script.find(command[0])
+        if script is not None:  # its #CORRAL lines under the command line's flags
+            ctx.meta["corral.script"] = True
+            try:
+                params = batch_script.merged(ctx, script, list(command[1:]))
+            except ConfigError as exc:
+                fail(str(exc), exc.fix)
+            return submit(ctx, **params)
 
     if gpus is not None and (replicas is not None or gpus_per_replica is not None):
         fail("--gpus is shorthand for --replicas 1 --gpus-per-replica N", "give either --gpus or those two")
@@ -119,6 +139,8 @@ def submit(
         memory_gib_per_replica=memory_gib_per_replica,
         working_dir=working_dir,
         notify=notify,
+        array=array,
+        dependency=dependency,
         env=tuple(env or ()),
         mounts=tuple(mount or ()),
         command=tuple(command or ()),
@@ -134,7 +156,15 @@ def submit(
     if as_json:
         print_json(job)
         return
-    typer.echo(f"{job['id']}  submitted to queue {job['queue']} ({gang_text(job)}): {job['state']}")
+    if job.get("array"):
+        cap = f", at most {job['max_running']} at once" if job.get("max_running") else ""
+        typer.echo(
+            f"{job['id']}  array of {job['tasks']} tasks ({job['spec']}{cap}) submitted to queue "
+            f"{job['queue']} ({gang_text(job)} each): tasks {job['id']}_N"
+        )
+        return
+    after = f"; {job['reason']}" if job.get("reason") else ""
+    typer.echo(f"{job['id']}  submitted to queue {job['queue']} ({gang_text(job)}): {job['state']}{after}")
 
 
 def _gpus_shorthand(corral: Client, gpus: int) -> dict[str, int]:
@@ -167,20 +197,30 @@ def jobs(
     queue: Annotated[str | None, typer.Option(help="only this queue")] = None,
     user: Annotated[str | None, typer.Option(help="only this user's jobs")] = None,
     all_states: Annotated[bool, typer.Option("--all", "-a", help="every state, finished ones too")] = False,
+    expand: Annotated[
+        bool, typer.Option("--expand", "-r", help="one line per array task (else one per array)")
+    ] = False,
+    array: Annotated[str | None, typer.Option(help="only this job array's tasks")] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List jobs you may see (default: active ones: pending, starting, running, stopping)."""
+    """List jobs you may see (default: active ones: pending, starting, running, stopping).
+
+    A job array is one line, its tasks counted by state; `--expand` lists every task."""
+    from corral.cli.array_view import array_row, group
+
     states = state or (None if all_states else ["active"])
     with connect(ctx, server, token) as corral:
-        found = list(corral.iter_jobs(state=states, queue=queue, user=user))
+        found = list(corral.iter_jobs(state=states, queue=queue, user=user, array=array))
     if as_json:
         print_json({"jobs": found})
         return
     now = time.time()
     rows = [
-        (
+        array_row(j, _shape(j[0]), age(j[0]["submit_time"], now))
+        if isinstance(j, list)
+        else (
             j["id"],
             j["name"],
             j["state"] + (" (held)" if _is_held(j) else ""),
@@ -190,7 +230,7 @@ def jobs(
             age(j["submit_time"], now),
             placement_text(j["placement"]) if j["placement"] else _why(j),
         )
-        for j in found
+        for j in (found if expand else group(found))
     ]
     print_table(
         ("ID", "NAME", "STATE", "QUEUE", "USER", "GPUS", "AGE", "PLACEMENT OR REASON"),
@@ -237,9 +277,14 @@ def show(
     """One job: its state, placement, the reason it waits, and the history of events and reasons.
 
     With --json: the job object, as `GET /v1/jobs/{id}` returns it."""
+    from corral.cli.array_view import show_fields
+
     with connect(ctx, server, token) as corral:
         job = corral.job(job_id)
-        history = None if as_json else corral.job_events(job_id)
+        history = None if as_json or job.get("array") else corral.job_events(job_id)
+    if job.get("array") and not as_json:  # a job array as a whole
+        print_fields(show_fields(job))
+        return
     if as_json or history is None:
         print_json(job)
         return
@@ -345,6 +390,10 @@ def _act(
                 continue
             if as_json:
                 print_json_line(job)
+            elif job.get("array"):
+                from corral.cli.array_view import counts_text
+
+                typer.echo(f"{job['id']}: array of {job['tasks']} tasks: {counts_text(job['states'])}")
             else:
                 held = " (held)" if _is_held(job) else ""
                 note = "; it checkpoints, then stops" if job["state"] == "stopping" else ""

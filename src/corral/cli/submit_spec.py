@@ -37,6 +37,8 @@ class SubmitFlags:
     mounts: tuple[str, ...] = ()
     working_dir: str | None = None
     notify: str | None = None  # `--notify end,fail,preempt`
+    array: str | None = None  # Slurm's --array (config/array_spec.py), checked by the server
+    dependency: str | None = None
     command: tuple[str, ...] = field(default=())
 
 
@@ -65,6 +67,8 @@ def apply_flags(spec: dict[str, Any], flags: SubmitFlags) -> dict[str, Any]:
         "working_dir": flags.working_dir,
         "cpus_per_replica": flags.cpus_per_replica,
         "memory_gib_per_replica": flags.memory_gib_per_replica,
+        "array": flags.array,
+        "dependency": flags.dependency,
     }
     out.update({k: v for k, v in plain.items() if v is not None})
     if flags.priority is not None:

@@ -189,6 +189,7 @@ class Client:
         user: str | None = None,
         limit: int = PAGE,
         after: int = 0,
+        array: str | None = None,
     ) -> list[JsonObject]:
         """One page of jobs, oldest first; each has a `seq` to pass as `after` for the next page.
 
@@ -200,16 +201,23 @@ class Client:
             params["queue"] = queue
         if user:
             params["user"] = user
+        if array:
+            params["array"] = array
         out: list[JsonObject] = self.request("GET", "/v1/jobs", params=params)["jobs"]
         return out
 
     def iter_jobs(
-        self, *, state: list[str] | None = None, queue: str | None = None, user: str | None = None
+        self,
+        *,
+        state: list[str] | None = None,
+        queue: str | None = None,
+        user: str | None = None,
+        array: str | None = None,
     ) -> Iterator[JsonObject]:
-        """Every matching job, oldest first, fetched page by page."""
+        """Every matching job, oldest first, fetched page by page (`array`: one array's tasks)."""
         after = 0
         while True:
-            page = self.jobs(state=state, queue=queue, user=user, limit=PAGE, after=after)
+            page = self.jobs(state=state, queue=queue, user=user, limit=PAGE, after=after, array=array)
             yield from page
             if len(page) < PAGE:
                 return

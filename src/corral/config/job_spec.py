@@ -214,6 +214,9 @@ class JobRequest(_Entry):
     cpus_per_replica: int = Field(0, ge=0, le=MAX_CPUS)
     memory_gib_per_replica: float = Field(0.0, ge=0, le=MAX_MEMORY_GIB)
     notify: NotifyEvents = ()  # events sent to the queue's webhook sinks (notify_config.NOTIFY_EVENTS)
+    # Slurm's --array and --dependency (config/array_spec.py); the server writes such a job itself
+    array: str | None = Field(None, max_length=10_000)
+    dependency: str | None = Field(None, max_length=10_000)
 
     # a plain default: pydantic inspects a default_factory's signature on every parse (~30 µs)
     _locator: Locator | None = PrivateAttr(default=None)
@@ -251,6 +254,7 @@ SERVER_FIELDS = frozenset(
     {
         "id", "state", "user", "team", "attempt", "placement", "reason", "reason_code", "reason_at", "held",
         "priority_class", "restarts", "submit_time", "start_time", "end_time", "exit_code",
+        "array_id", "array_task",
     }
 )  # fmt: skip
 

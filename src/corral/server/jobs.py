@@ -202,6 +202,9 @@ def job_json(row: Any, placement: list[dict[str, Any]] | None = None) -> dict[st
         "exit_code": row.exit_code,
         "command": request["command"],
         "max_restarts": request["max_restarts"],
+        "array_id": row.array_id,  # a task of a job array (server/arrays.py), else null
+        "array_task": row.array_task,
+        "dependency": json.loads(row.dependency)["text"] if row.dependency else "",
     }
 
 
@@ -218,4 +221,5 @@ def new_job_json(job_id: str, prepared: Prepared) -> dict[str, Any]:
         "topology": {"pack": spec.topology.pack, "required": spec.topology.required}, "restarts": 0,
         "submit_time": spec.submit_time, "start_time": None, "end_time": None, "exit_code": None,
         "command": request["command"], "max_restarts": request["max_restarts"],
+        "array_id": None, "array_task": None, "dependency": "",
     }  # fmt: skip

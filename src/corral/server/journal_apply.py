@@ -20,6 +20,8 @@ from corral.server import metrics
 from corral.server import scheduler_db as db
 from corral.server.cluster import node_spec_of, scheduling_state
 from corral.server.endings import Ending, ending_of
+from corral.server.gates import Gates
+from corral.server.jobs import spec_from_json
 from corral.server.reasons import ReasonBook
 from corral.store.engine import Engines
 
@@ -66,6 +68,8 @@ class JournalApplier:
     paused: bool
     paused_by: tuple[str, float | None]
     stop: threading.Event
+    gates: Gates  # array tasks beyond %N and jobs whose dependency waits (server/gates.py)
+    _submitted: dict[str, Any]  # rows of the jobs `_load_pending` read last
 
     def _apply(self, entries: list[Any], endings: list[tuple[str, int, Ending]]) -> bool:
         """Bring memory up to date with others' writes; True when a full reload is needed. Each
@@ -93,7 +97,7 @@ class JournalApplier:
             return False
         if spec.queue not in state.queues:  # accepted under a revision not in force
             log.error("job %s left out: its queue is not in the revision in force", e.job)
-        elif e.job not in state.jobs and e.job not in state.running:
+        elif self._is_new(e.job) and not self.gates.holds_back(self._submitted[e.job]):
             state.submit(spec)
             self.reasons.fresh.add(e.job)
         return False
@@ -103,12 +107,17 @@ class JournalApplier:
         if e.job in state.jobs:
             state.remove_pending(e.job)
             return False
+        if e.job in self.gates.parked:
+            self.gates.forget(e.job)
+            return False
         return e.job in state.running  # decided by another scheduler: see `_on_foreign`
 
     def _on_hold(self, e: Entry, _applying: _Applying) -> bool:
         state = self._state()
         if e.job in state.jobs:
             state.jobs[e.job].held = e.kind == "x.hold"
+        elif e.job is not None:
+            self.gates.set_held(e.job, e.kind == "x.hold")
         return False
 
     def _on_stop(self, e: Entry, _applying: _Applying) -> bool:
@@ -233,9 +242,16 @@ class JournalApplier:
             state.set_gpu_health(name, gpu, gpu not in unhealthy)
         return False
 
+    def _is_new(self, job_id: JobId) -> bool:
+        state = self._state()
+        return job_id not in state.jobs and job_id not in state.running and job_id not in self.gates.parked
+
     def _load_pending(self, ids: list[str]) -> dict[JobId, Any]:
         with self.engines.reader.connect() as conn:
-            return db.pending_specs(conn, ids)
+            rows = db.pending_rows(conn, ids)
+        self._submitted = {r.id: r for r in rows}
+        self.gates.note_submits(self.engines, rows)
+        return {JobId(r.id): spec_from_json(r.spec) for r in rows}
 
     def _stop_rows(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], Any]:
         with self.engines.reader.connect() as conn:

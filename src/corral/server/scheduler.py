@@ -35,6 +35,7 @@ from corral.server.cluster import get_setting
 from corral.server.commit import Batch, EndItem, StartItem
 from corral.server.doorbell import Bell, Doorbell
 from corral.server.endings import Ending
+from corral.server.gates import Gates
 from corral.server.in_force import NoRevisionApplies, choose, report_refusal
 from corral.server.jobs import spec_from_json
 from corral.server.journal_apply import JournalApplier
@@ -75,6 +76,8 @@ class Scheduler(JournalApplier):
         self.replay: list[Any] = []  # journal entries behind the cursor still to apply (after a reload)
         self.revision = -1
         self.pacing = Pacing()
+        self.gates = Gates()  # array tasks beyond %N and jobs whose dependency waits (server/gates.py)
+        self._submitted: dict[str, Any] = {}  # rows of the jobs `_load_pending` read last
 
     @property
     def reason_flush(self) -> float:
@@ -96,6 +99,7 @@ class Scheduler(JournalApplier):
             self.last_seq = db.last_seq(conn)
             live = db.live_attempts(conn)
             pending = db.pending_jobs(conn)
+            pending = self.gates.load(conn, list(pending))
             specs = [(spec_from_json(r.spec), r) for r in pending]
             found = choose(conn, live, specs, self.policy, self.revision)
             model, state = found.model, found.state
@@ -183,6 +187,7 @@ class Scheduler(JournalApplier):
             endings = [e for e in endings if e[0] in self.state.running]
             for job_id, attempt, ending in endings:
                 self._end_in_memory(job_id, attempt, ending)
+        force = self._open_gates(bool(entries or endings)) or force
         if not entries and not force:
             return
         now = self.clock()
@@ -210,6 +215,9 @@ class Scheduler(JournalApplier):
             return
         batch = self._commit(endings, result, changes, now)
         self.own.update(batch.own_seqs)
+        if self.gates.waiting and (endings or (result is not None and _decided(result))):
+            self.gates.recheck = True  # what just ended or started may let a dependent job in
+            self.wake = min(self.wake, now)
         if batch.dropped:
             log.warning(
                 "dropped %d decision groups (%s); rebuilding state", len(batch.dropped), batch.dropped[0]
@@ -218,6 +226,17 @@ class Scheduler(JournalApplier):
         self.api_bell.ring()
         if result is not None:  # the writes count toward the cycle's duty too
             self.pacing.wrote(began)
+
+    def _open_gates(self, changed: bool) -> bool:
+        """Let gated jobs into the core (server/gates.py); True when it let any in or cancelled any."""
+        assert self.state is not None
+        self.gates.recheck = self.gates.recheck or changed
+        released, seqs = self.gates.open(self.state, self.engines, self.clock())
+        self.own.update(seqs)
+        self.reasons.fresh.update(released)
+        if seqs:
+            self.api_bell.ring()
+        return bool(released or seqs)
 
     def _read_journal(self) -> list[Any]:
         with self.engines.reader.connect() as conn:

@@ -10,8 +10,6 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from corral.core.model import JobId
-from corral.server.jobs import spec_from_json
 from corral.store import schema
 
 JOURNAL_PAGE = 5000
@@ -57,7 +55,18 @@ def pending_jobs(conn: Connection) -> Sequence[Any]:
     """Every pending job, in submission order, with what its reason and backoff were."""
     j = schema.jobs
     return conn.execute(
-        select(j.c.spec, j.c.attempt, j.c.held, j.c.not_before, j.c.reason_code, j.c.reason, j.c.reason_at)
+        select(
+            j.c.spec,
+            j.c.attempt,
+            j.c.held,
+            j.c.not_before,
+            j.c.reason_code,
+            j.c.reason,
+            j.c.reason_at,
+            j.c.id,
+            j.c.array_id,
+            j.c.dependency,
+        )
         .where(j.c.state == "pending")
         .order_by(j.c.seq)
     ).all()
@@ -94,10 +103,14 @@ def journal_after(conn: Connection, after: int) -> Sequence[Any]:
     ).all()
 
 
-def pending_specs(conn: Connection, ids: list[str]) -> dict[JobId, Any]:
+def pending_rows(conn: Connection, ids: list[str]) -> Sequence[Any]:
+    """Newly submitted jobs still pending: their spec and what the gates (`gates.py`) read."""
     j = schema.jobs
-    rows = conn.execute(select(j.c.id, j.c.spec).where(j.c.id.in_(ids), j.c.state == "pending")).all()
-    return {JobId(r.id): spec_from_json(r.spec) for r in rows}
+    return conn.execute(
+        select(
+            j.c.id, j.c.spec, j.c.attempt, j.c.held, j.c.not_before, j.c.reason, j.c.array_id, j.c.dependency
+        ).where(j.c.id.in_(ids), j.c.state == "pending")
+    ).all()
 
 
 def stop_rows(conn: Connection, keys: list[tuple[str, int]]) -> dict[tuple[str, int], Row]:

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import cast
 
+from corral.config.array_spec import MET, NEVER
 from corral.config.cluster_file import ClusterConfig
 from corral.core.cycle import schedule, to_placement
 from corral.core.decisions import CycleResult
@@ -40,6 +41,7 @@ from corral.core.placement import Request
 from corral.core.plugins import Profile
 from corral.core.request import request_for
 from corral.core.state import ClusterState
+from corral.sim.dependencies import DependencyBook
 from corral.sim.eventlog import EventLog, placement_json
 from corral.sim.ideal import IdealSpans
 from corral.sim.jobmodel import PreemptionCost, Slowdown
@@ -114,6 +116,8 @@ class Simulation:
         with _rare_collections():
             self.arrivals = [self._job(t, seq) for seq, t in enumerate(ordered)]
         self.stats.jobs = len(self.arrivals)
+        # the trace's dependency column (sim/dependencies.py); None when no job has one
+        self.deps: DependencyBook | None = DependencyBook.of([(t.job_id, t.dependency) for t in ordered])
         self.events: list[tuple[float, int, int, object]] = []
         self._n = 0
         self.rng = random.Random(options.seed)
@@ -279,15 +283,48 @@ class Simulation:
 
     def _stuck(self, now: float) -> None:
         """Nothing runs and nothing will arrive: the rest can never start (e.g. nodes down forever)."""
-        for job_id in list(self.state.jobs):
+        while self.state.jobs:  # rejecting one may let in a job that waited for it to end
+            job_id = next(iter(self.state.jobs))
             self.state.remove_pending(job_id)
             self.log.emit(reject_line(now, job_id, "can never start: the cluster is idle"))
+            self._settled(job_id, now, False)
 
     def _submit(self, job: _Job, now: float) -> None:
         spec = job.spec
         self.jobs[spec.id] = job
-        self.state.submit(spec, true_duration=job.trace.duration)
-        self.log.emit(submit_line(spec, now, {"duration": job.trace.duration}))
+        gated = self.deps is not None and spec.id in self.deps.conditions
+        if not gated:
+            self.state.submit(spec, true_duration=job.trace.duration)
+        extra: dict[str, object] = {"duration": job.trace.duration}
+        if gated:
+            extra["dependency"] = job.trace.dependency
+        self.log.emit(submit_line(spec, now, extra))
+        if gated:
+            self._gate(spec.id, now)
+
+    def _gate(self, job_id: str, now: float) -> None:
+        """A job with a dependency: let in (and ask for a cycle), cancel, or keep it waiting."""
+        deps = self.deps
+        assert deps is not None
+        verdict, why = deps.holds(job_id)
+        if verdict == MET:
+            deps.parked.discard(job_id)
+            job = self.jobs[job_id]
+            self.state.submit(job.spec, true_duration=job.trace.duration)
+            self._push(now, _CYCLE, None)
+        elif verdict == NEVER:
+            deps.parked.discard(job_id)
+            self.log.emit({"event": "cancel", "t": now, "job": job_id, "reason": why})
+            del self.jobs[job_id]
+            self._settled(job_id, now, False)
+        else:
+            deps.parked.add(job_id)
+
+    def _settled(self, job_id: str, now: float, ok: bool | None) -> None:
+        """A job started (`ok` None) or ended: judge again the jobs that wait for it."""
+        if self.deps is not None:
+            for waiter in self.deps.settle(job_id, ok=ok):
+                self._gate(waiter, now)
 
     def _cycle(self, now: float) -> None:
         self.stats.cycles += 1
@@ -302,6 +339,7 @@ class Simulation:
         for r in result.rejections:
             self.log.emit(reject_line(now, r.job, r.reason))
             del self.jobs[r.job]
+            self._settled(r.job, now, False)
         for p in result.preemptions:
             self.log.emit(preempting_line(now, p.job, p.attempt, p.by, p.deadline))
             self._push(p.deadline, _STOP, (p.job, p.attempt, p.reason))
@@ -331,6 +369,7 @@ class Simulation:
         names = state.topology.span_names
         extra = {"span": names[span], "ideal_span": names[ideal], "backfilled": backfilled}
         self.log.emit(start_line(now, job_id, attempt_no, placement_json(placement), extra))
+        self._settled(job_id, now, None)
         run_time = job.work * job.factor
         limit = job.spec.time_limit
         if limit is not None and limit < run_time:
@@ -365,6 +404,7 @@ class Simulation:
         else:
             self.log.emit(ending_line("fail", now, job_id, attempt, failure))
         del self.jobs[job_id]
+        self._settled(job_id, now, failure is None)
         return True
 
     def _requeue(self, job_id: str, attempt: int, kind: str, reason: str, now: float) -> bool:

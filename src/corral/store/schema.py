@@ -55,11 +55,28 @@ jobs = Table(
     Column("reason_at", Float),  # the time the reason names (a reservation's start, a backoff's end)
     Column("spec", Text, nullable=False),  # the scheduling spec (JobSpec fields), JSON
     Column("request", Text, nullable=False),  # what the user asked for (command, env, mounts...), JSON
+    # a task of a job array (server/arrays.py): the array's id and the task's index
+    Column("array_id", String(64)),
+    Column("array_task", Integer),
+    # conditions on other jobs before it may start, JSON (server/dependencies.py); "" for none
+    Column("dependency", Text, nullable=False, server_default=""),
     Index("ix_jobs_state", "state"),
+    Index("ix_jobs_array", "array_id"),
     Index("ix_jobs_queue_state", "queue", "state"),
     Index("ix_jobs_team_seq", "team", "seq"),  # `corral acct` for a member
     Index("ix_jobs_user_seq", "user", "seq"),
     Index("ix_jobs_end_time", "end_time"),
+)
+
+arrays = Table(
+    "arrays",
+    metadata,
+    Column("id", String(64), primary_key=True),  # the id of its first task's row, e.g. j12 (tasks j12_0...)
+    Column("spec", Text, nullable=False),  # as submitted, e.g. 0-99%8
+    Column("tasks", Integer, nullable=False),
+    Column("max_running", Integer, nullable=False, server_default="0"),  # %N; 0: no cap
+    Column("team", String(200), nullable=False, server_default=""),
+    Column("created_at", Float, nullable=False),
 )
 
 attempts = Table(

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007_notify"
-down_revision = "0005"  # the file 0005_reason_at.py (its revision id is "0005")
+down_revision = "0006_arrays_deps"
 branch_labels = None
 depends_on = None
 
