@@ -263,3 +263,4 @@ from corral.cli import logs_cmd as _logs_cmd  # noqa: E402,F401
 from corral.cli import ops_cmds as _ops_cmds  # noqa: E402,F401
 from corral.cli import serve as _serve  # noqa: E402,F401
 from corral.cli import up as _up  # noqa: E402,F401
+from corral.cli import whatif_cmd as _whatif_cmd  # noqa: E402,F401

@@ -19,6 +19,17 @@ from corral.cli.remote import (
     print_table,
     when,
 )
+from corral.cli.whatif_show import (
+    ForceOpt,
+    ReasonOpt,
+    ReportOpt,
+    SinceOpt,
+    WhatIfOpt,
+    YesOpt,
+    decide,
+    print_decided,
+    proposal_of,
+)
 
 PANEL = "Cluster and admin"
 
@@ -273,11 +284,19 @@ def set_queue(
         list[str] | None, typer.Option(help="a path jobs may mount from; repeat", show_default=False)
     ] = None,
     comment: Annotated[str, typer.Option(help="why (kept in the history)")] = "",
+    what_if: WhatIfOpt = False,
+    since: SinceOpt = "7d",
+    report: ReportOpt = None,
+    yes: YesOpt = False,
+    force: ForceOpt = False,
+    reason: ReasonOpt = "",
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Change (or add) a queue: a new configuration revision, audited, that `rollback` can undo."""
+    """Change (or add) a queue: a new configuration revision, audited, that `rollback` can undo.
+    `--what-if` first replays the last `--since` of this cluster's work under the change and
+    keeps the result with the revision (docs/whatif.md)."""
     change = {
         "weight": weight,
         "quota": quota,
@@ -293,11 +312,13 @@ def set_queue(
     if all(v is None for v in change.values()):
         fail("nothing to change", "give at least one of --weight, --quota, --limit, --cohort, ...")
     with connect(ctx, server, token) as corral:
-        out = corral.set_queue(name, change, comment)
-    if as_json:
-        print_json(out)
-    else:
-        typer.echo(f"queue {name} changed: configuration revision {out['revision']}")
+        decision = decide(
+            corral, what_if, since, report, yes, force, reason, as_json,
+            lambda export: proposal_of(corral, export, None, {}, None, None, (name, change)),
+        )  # fmt: skip
+        result = decision.pop("_result", None)
+        out = corral.set_queue(name, change, comment, decision)
+    print_decided(out, result, as_json, f"queue {name} changed: configuration revision {out['revision']}")
 
 
 @queues_app.command()
@@ -321,10 +342,24 @@ def history(
         for r in out["revisions"]
     ]
     print_table(
-        ("REVISION", "CREATED", "AUTHOR", "POLICY", "COMMENT"),
-        rows,
+        ("REVISION", "CREATED", "AUTHOR", "POLICY", "COMMENT", "EVIDENCE"),
+        [(*row, evidence_text(r.get("evidence"))) for row, r in zip(rows, out["revisions"], strict=True)],
         empty="no revisions: the built-in default",
     )
+
+
+def evidence_text(evidence: dict[str, Any] | None) -> str:
+    """`what-if 7d, 812 jobs, report R: <summary>` or `forced: <reason>`; empty when none."""
+    if not evidence:
+        return ""
+    parts = []
+    if evidence.get("what_if"):
+        w = evidence["what_if"]
+        report = f", report {w['report']}" if w.get("report") else ""
+        parts.append(f"what-if {w['window_days']:.3g}d, {w['jobs']} jobs{report}: {w['summary']}")
+    if evidence.get("forced"):
+        parts.append(f"forced: {evidence['forced']['reason']}")
+    return "; ".join(parts)
 
 
 def _policy_text(revision: dict[str, Any]) -> str:

@@ -207,6 +207,9 @@ def create_app(ctx: Context) -> FastAPI:
 
     for module in (api_jobs, api_logs, api_nodes, api_admin, api_config, api_dashboard):
         app.include_router(module.router, prefix="/v1")
+    from corral.server import history
+
+    app.include_router(history.router, prefix="/v1")
     dashboard.install(app)
     app.add_middleware(Gate, ctx=ctx)
     return app
