@@ -78,15 +78,17 @@ def test_export_matches_the_event_log_job_by_job(live: LiveHistory, tmp_path: Pa
     log = events(live)
     ran = run_times(log)
     submits = {e["job"]: e for e in log if e["event"] == "submit"}
-    for offset, key, spec in live.jobs:
+    origin = min(s["t"] for s in submits.values() if s["job"] in rows)
+    for _, key, spec in live.jobs:
         job = live.ids[key]
         row = rows[job]
-        assert (row["queue"], int(row["gpus"]), int(row["replicas"])) == (spec["queue"], spec["gpus_per_replica"], 1)
+        shape = (row["queue"], int(row["gpus"]), int(row["replicas"]))
+        assert shape == (spec["queue"], spec["gpus_per_replica"], 1)
         assert row["observed"] == "finished"
         assert float(row["duration"]) == pytest.approx(ran[job], abs=1e-5)
         slept = float(spec["command"][1])
         assert slept <= float(row["duration"]) <= slept + START_LATENCY, (job, row["duration"], slept)
-        assert float(row["submit_time"]) == pytest.approx(submits[job]["t"] - min(s["t"] for s in submits.values() if s["job"] in rows), abs=1e-5)
+        assert float(row["submit_time"]) == pytest.approx(submits[job]["t"] - origin, abs=1e-5)
         assert row["time_limit"] == "600" and row["user"] == submits[job]["user"]
     assert rows[live.extra["running"]]["observed"] == "running"
     assert rows[live.extra["cancelled_running"]]["observed"] == "cancelled"
@@ -104,7 +106,9 @@ def test_export_matches_the_event_log_job_by_job(live: LiveHistory, tmp_path: Pa
 
 def test_whatif_of_a_quota_change_side_by_side_with_report(live: LiveHistory, tmp_path: Path) -> None:
     queues = tmp_path / "queues.yaml"
-    queues.write_text("queues:\n  - {name: research, weight: 1, quota: 2}\n  - {name: prod, weight: 1, quota: 12}\n")
+    queues.write_text(
+        "queues:\n  - {name: research, weight: 1, quota: 2}\n  - {name: prod, weight: 1, quota: 12}\n"
+    )
     report = tmp_path / "report"
     result = corral(live, "whatif", "--since", "1h", "--queues", queues, "--report", report, "--json")
     assert result.exit_code == 0, result.output
@@ -117,8 +121,9 @@ def test_whatif_of_a_quota_change_side_by_side_with_report(live: LiveHistory, tm
         for side in ("baseline", "proposed"):
             assert found[side][queue]["avg_wait"] is not None and found[side][queue]["gpu_hours"] > 0
     assert found["proposed"]["prod"]["quota_gpu_hours"] > 2.5 * found["baseline"]["prod"]["quota_gpu_hours"]
+    base, prop = found["baseline"]["prod"], found["proposed"]["prod"]
     diff = found["difference"]["prod"]["quota_gpu_hours"]
-    assert diff == pytest.approx(found["proposed"]["prod"]["quota_gpu_hours"] - found["baseline"]["prod"]["quota_gpu_hours"])
+    assert diff == pytest.approx(prop["quota_gpu_hours"] - base["quota_gpu_hours"])
     html = (report / "index.html").read_text()
     assert "baseline (revision" in html and "proposed: queues of queues.yaml" in html
 
@@ -185,6 +190,8 @@ def test_bad_input_is_refused_with_nothing_applied(live: LiveHistory) -> None:
     assert invalid.exit_code == 2 and "the proposed configuration" in invalid.output, invalid.output
     bad_policy = corral(live, "admin", "policy", "nosuch", "--what-if", "--since", "1h", "--yes")
     assert bad_policy.exit_code == 2 and "nosuch" in bad_policy.output, bad_policy.output
-    declined = corral(live, "queues", "set", "prod", "--quota", "5", "--what-if", "--since", "1h", input="n\n")
+    declined = corral(
+        live, "queues", "set", "prod", "--quota", "5", "--what-if", "--since", "1h", input="n\n"
+    )
     assert declined.exit_code == 1 and "not applied" in declined.output
     assert len(revisions(live)) == before
