@@ -141,7 +141,8 @@ def show(result: Mapping[str, Any]) -> None:
     console.print(fid)
     console.print(
         "differences the replay cannot have: the live scheduler's cycle spacing (>= 20 ms) and the "
-        f"agents' start latency (about {result['fidelity']['latency_s']:.3g} s a job here) add to live waits"
+        "agents' start latency add to live waits (here up to "
+        f"{result['fidelity']['latency_s']:.3g} s, p90, for jobs the replay starts at once)"
     )
     days = result["window"]["days"]
     console.print(f"window: {days:.3g} days; {counts_text(result['counts'])}")

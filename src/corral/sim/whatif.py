@@ -92,6 +92,7 @@ class QueueFigures:
     submit: dict[str, tuple[str, float]] = field(default_factory=dict)  # job -> (queue, t)
     started: set[str] = field(default_factory=set)
     waits: dict[str, list[float]] = field(default_factory=dict)
+    wait_of: dict[str, float] = field(default_factory=dict)  # job -> its wait
     jcts: dict[str, list[float]] = field(default_factory=dict)
     preemptions: dict[str, int] = field(default_factory=dict)
     lost: dict[str, float] = field(default_factory=dict)
@@ -106,7 +107,8 @@ class QueueFigures:
         queue, t0 = self.submit[job]
         if kind == "start" and job not in self.started:
             self.started.add(job)
-            self.waits.setdefault(queue, []).append(float(event["t"]) - t0)
+            self.wait_of[job] = float(event["t"]) - t0
+            self.waits.setdefault(queue, []).append(self.wait_of[job])
         elif kind == "finish":
             self.jcts.setdefault(queue, []).append(float(event["t"]) - t0)
         elif kind == "preempt":

@@ -37,7 +37,7 @@ def what_if(
     jobs = trace_jobs(rows)
     base = replay(base_cfg, jobs, profile_of(base_body, default_policy), BASELINE)
     prop = replay(prop_cfg, jobs, prop_profile, PROPOSED)
-    fid = fidelity(rows, base, start_latency(rows))
+    fid = fidelity(rows, base, start_latency(rows, base))
     base_fig, prop_fig = figures(base), figures(prop)
     window_days = (float(export["until"]) - float(export["since"])) / 86400.0
     result: dict[str, Any] = {
