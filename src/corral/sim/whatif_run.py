@@ -3,6 +3,8 @@ compare, and (optionally) write the HTML report with both runs (`corral whatif`,
 
 from __future__ import annotations
 
+import html
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -58,9 +60,21 @@ def what_if(
             f"{BASELINE} (revision {export.get('revision')})": (base.summary(), base.measures.series()),
             f"{PROPOSED}: {change}": (prop.summary(), prop.measures.series()),
         }
-        write_report(report, runs, title=f"what-if: {change}")
+        page = write_report(report, runs, title=f"what-if: {change}")
+        _add_fidelity(page, str(result["fidelity_text"]))
         result["report"] = report.name
+        text = json.dumps(result, indent=2, default=float) + "\n"
+        (report / "whatif.json").write_text(text, encoding="utf-8")
     return result
+
+
+def _add_fidelity(page: Path, text: str) -> None:
+    """The fidelity line under the report's heading: how far to trust the difference."""
+    html_text = page.read_text(encoding="utf-8")
+    at = html_text.find("</h1>")
+    if at >= 0:
+        line = f'<p class="fidelity"><b>{html.escape(text)}</b></p>'
+        page.write_text(html_text[: at + 5] + line + html_text[at + 5 :], encoding="utf-8")
 
 
 def summary_line(result: Mapping[str, Any]) -> str:
