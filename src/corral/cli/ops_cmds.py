@@ -27,6 +27,7 @@ from corral.cli.whatif_show import (
     WhatIfOpt,
     YesOpt,
     decide,
+    evidence_text,
     print_decided,
     proposal_of,
 )
@@ -346,20 +347,6 @@ def history(
         [(*row, evidence_text(r.get("evidence"))) for row, r in zip(rows, out["revisions"], strict=True)],
         empty="no revisions: the built-in default",
     )
-
-
-def evidence_text(evidence: dict[str, Any] | None) -> str:
-    """`what-if 7d, 812 jobs, report R: <summary>` or `forced: <reason>`; empty when none."""
-    if not evidence:
-        return ""
-    parts = []
-    if evidence.get("what_if"):
-        w = evidence["what_if"]
-        report = f", report {w['report']}" if w.get("report") else ""
-        parts.append(f"what-if {w['window_days']:.3g}d, {w['jobs']} jobs{report}: {w['summary']}")
-    if evidence.get("forced"):
-        parts.append(f"forced: {evidence['forced']['reason']}")
-    return "; ".join(parts)
 
 
 def _policy_text(revision: dict[str, Any]) -> str:

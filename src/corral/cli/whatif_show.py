@@ -220,3 +220,17 @@ def print_decided(out: Mapping[str, Any], result: Mapping[str, Any] | None, as_j
     typer.echo(
         text + ("; the what-if is kept with it (`corral queues history`)" if result is not None else "")
     )
+
+
+def evidence_text(evidence: dict[str, Any] | None) -> str:
+    """`what-if 7d, 812 jobs, report R: <summary>` or `forced: <reason>`; empty when none."""
+    if not evidence:
+        return ""
+    parts = []
+    if evidence.get("what_if"):
+        w = evidence["what_if"]
+        report = f", report {w['report']}" if w.get("report") else ""
+        parts.append(f"what-if {w['window_days']:.3g}d, {w['jobs']} jobs{report}: {w['summary']}")
+    if evidence.get("forced"):
+        parts.append(f"forced: {evidence['forced']['reason']}")
+    return "; ".join(parts)
