@@ -190,6 +190,10 @@ def test_bad_input_is_refused_with_nothing_applied(live: LiveHistory) -> None:
     assert invalid.exit_code == 2 and "the proposed configuration" in invalid.output, invalid.output
     bad_policy = corral(live, "admin", "policy", "nosuch", "--what-if", "--since", "1h", "--yes")
     assert bad_policy.exit_code == 2 and "nosuch" in bad_policy.output, bad_policy.output
+    member = live.server.token("viewer", "member", team="research")
+    with live.server.client(member) as c:
+        refused = c.get("/v1/history", params={"since": hour_ago})
+        assert refused.status_code == 403 and "only an admin" in refused.json()["error"]
     declined = corral(
         live, "queues", "set", "prod", "--quota", "5", "--what-if", "--since", "1h", input="n\n"
     )
