@@ -5,15 +5,17 @@ what-if reports as such, and the report opens with its fidelity line."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from playwright.sync_api import expect
 
 from corral.sim.whatif import proposed_body
 from corral.sim.whatif_run import what_if
-from tests.web.conftest import shot, sign_in
-from tests.web.fleet import Fleet
+from tests.server.harness import Server
+from tests.web.conftest import CLUSTER, VIEWPORT, shot, sign_in
 
 REPORT = "whatif-batch-weight"
 
@@ -40,12 +42,38 @@ def history(config: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    """A server of its own (the shared one's revisions and reports are other tests' business)."""
+    found = Server(
+        f"sqlite:///{tmp_path / 'corral.db'}", tmp_path / "data", CLUSTER,
+        extra=["--reports-dir", str(tmp_path / "reports")],
+    )  # fmt: skip
+    found.start(timeout=120)
+    yield found
+    found.stop()
+
+
+@pytest.fixture
+def tab(browser: Any) -> Iterator[Any]:
+    """A fresh browser tab; an uncaught script error fails the test."""
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    context.close()
+    assert not errors, f"script errors in the page: {errors}"
+
+
 def test_revision_page_shows_its_evidence_and_reports_list_whatifs(
-    page: Any, fleet: Fleet, artefacts: Path
+    tab: Any, server: Server, artefacts: Path
 ) -> None:
-    server = fleet.server
+    page = tab
     with server.client() as c:
         folder = Path(c.get("/v1/reports").json()["folder"])
+        assert folder.parent == server.data_dir.parent
         config = c.get("/v1/config").json()["config"]
         proposal = proposed_body(config, queue_change=("batch", {"weight": 2}))
         result = what_if(history(config), proposal, "queue batch: weight=2", folder / REPORT)
