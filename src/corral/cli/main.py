@@ -21,6 +21,7 @@ from corral.cli import (  # noqa: F401  (imported for their commands)
     run_cmd,
     serve,
     up,
+    whatif_cmd,
 )
 from corral.cli.root import app
 

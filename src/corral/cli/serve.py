@@ -58,6 +58,14 @@ def server(
             "others answered 429 (valid tokens are never refused; 0: no limit)",
         ),
     ] = 20,
+    require_evidence_days: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="refuse a configuration change without a what-if over at least this many days, "
+            "unless --force --reason (0: off; docs/whatif.md)",
+        ),
+    ] = 0.0,
 ) -> None:
     """Run the control plane: the HTTP API (FastAPI on uvicorn) and the scheduler process."""
     from corral.server import metrics_dir  # before any module that defines metrics
@@ -87,6 +95,7 @@ def server(
                 reports_dir=reports_dir,
                 lost_after=lost_after,
                 auth_failures=auth_failures,
+                require_evidence_days=require_evidence_days,
             )
         )
     except (ConfigError, LiveConflict) as exc:  # the cluster file, or a revision that would strand live jobs

@@ -293,16 +293,34 @@ class Client:
         out: list[JsonObject] = self.request("GET", "/v1/queues")["queues"]
         return out
 
-    def set_queue(self, name: str, change: Mapping[str, Any], comment: str = "") -> JsonObject:
-        """Change (or add) queue `name` with the given fields; `{"revision": N}`."""
+    def set_queue(
+        self,
+        name: str,
+        change: Mapping[str, Any],
+        comment: str = "",
+        decision: Mapping[str, Any] | None = None,
+    ) -> JsonObject:
+        """Change (or add) queue `name` with the given fields; `{"revision": N}`. `decision`: the
+        evidence (`{"evidence": {...}}`) or `{"force": true, "reason": ...}` (server/evidence.py)."""
         body = {k: v for k, v in change.items() if v is not None}
         if comment:
             body["comment"] = comment
+        body.update(decision or {})
         out: JsonObject = self.request("PUT", f"/v1/queues/{name}", body=body)
         return out
 
     def config(self) -> JsonObject:
         out: JsonObject = self.request("GET", "/v1/config")
+        return out
+
+    def revision(self, number: int) -> JsonObject:
+        """One configuration revision: its body, author, comment and evidence (admins)."""
+        out: JsonObject = self.request("GET", f"/v1/config/revisions/{number}")
+        return out
+
+    def reports(self) -> JsonObject:
+        """Simulation and what-if reports the server's dashboard lists, and (admins) its folder."""
+        out: JsonObject = self.request("GET", "/v1/reports")
         return out
 
     def revisions(self) -> JsonObject:
@@ -315,11 +333,24 @@ class Client:
         out: JsonObject = self.request("GET", "/v1/policy")
         return out
 
-    def set_policy(self, name: str, args: Mapping[str, Any] | None = None, comment: str = "") -> JsonObject:
+    def set_policy(
+        self,
+        name: str,
+        args: Mapping[str, Any] | None = None,
+        comment: str = "",
+        decision: Mapping[str, Any] | None = None,
+    ) -> JsonObject:
         """Make `name` (with plugin `args`) the scheduling policy, as a new configuration revision."""
-        out: JsonObject = self.request(
-            "PUT", "/v1/policy", body={"name": name, "args": args, "comment": comment}
-        )
+        body = {"name": name, "args": args, "comment": comment, **(decision or {})}
+        out: JsonObject = self.request("PUT", "/v1/policy", body=body)
+        return out
+
+    def history(self, since: float, until: float | None = None) -> JsonObject:
+        """The event log of a window as trace rows, with the nodes and configuration (admins)."""
+        params: dict[str, Any] = {"since": since}
+        if until is not None:
+            params["until"] = until
+        out: JsonObject = self.request("GET", "/v1/history", params=params)
         return out
 
     def rollback(self, revision: int) -> JsonObject:

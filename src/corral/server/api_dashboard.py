@@ -106,6 +106,9 @@ async def usage_series(
 
 
 # ---- simulation reports ----------------------------------------------------------------------
+WHATIF_MARK = "whatif.json"  # written beside a what-if report's index.html (sim/whatif_run.py)
+
+
 def reports_dir(request: Request) -> Path | None:
     found: Path | None = getattr(request.app.state, "reports_dir", None)
     return found
@@ -134,7 +137,8 @@ def _reports(folder: Path | None) -> list[dict[str, Any]]:
         name = entry.name[: -len(".html")] if entry.suffix == ".html" and entry.is_file() else entry.name
         path = _report_path(folder, name)
         if path is not None and not any(r["name"] == name for r in out):
-            out.append({"name": name, "title": _title(path), "modified": path.stat().st_mtime})
+            kind = "what-if" if (path.parent / WHATIF_MARK).is_file() else "simulation"
+            out.append({"name": name, "title": _title(path), "modified": path.stat().st_mtime, "kind": kind})
     return out
 
 

@@ -32,6 +32,7 @@ from corral.server import (
     api_nodes,
     api_terminal,
     dashboard,
+    history,
 )
 from corral.server.api_jobs import submit_job
 from corral.server.api_metrics import render
@@ -167,6 +168,7 @@ def create_app(ctx: Context) -> FastAPI:
         api_dashboard,
         api_acct,
         api_terminal,
+        history,
     ):
         app.include_router(module.router, prefix="/v1")
     dashboard.install(app)

@@ -143,11 +143,17 @@ def load_cluster(conn: Connection, revision: int | None = None) -> ClusterModel:
 
 
 def apply_revision(
-    conn: Connection, body: dict[str, Any], author: str, comment: str, now: float | None = None
+    conn: Connection,
+    body: dict[str, Any],
+    author: str,
+    comment: str,
+    now: float | None = None,
+    evidence: str = "",
 ) -> int:
     """Validate `body` as a cluster file, store it as a new active revision, declare its nodes.
 
     `now` (default: the wall clock) is the time of the revision and of its `cluster` event.
+    `evidence` (JSON, server/evidence.py) is kept with the revision.
     Raises ConfigError (nothing written) when the document is invalid.
     """
     config = parse_cluster_config(body, "cluster configuration")
@@ -158,7 +164,7 @@ def apply_revision(
     now = time.time() if now is None else now
     revision = conn.execute(
         insert(schema.config_revisions).values(
-            created_at=now, author=author, comment=comment, body=dumps(body)
+            created_at=now, author=author, comment=comment, body=dumps(body), evidence=evidence
         )
     ).inserted_primary_key
     assert revision is not None

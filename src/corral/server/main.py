@@ -52,6 +52,7 @@ class ServerOptions:
     durability: str = "normal"
     log_level: str = "warning"
     reports_dir: Path | None = None  # simulation reports the dashboard lists (default: data_dir/reports)
+    require_evidence_days: float = 0.0  # refuse configuration changes without a what-if this long (0: off)
     lost_after: float = 30.0  # seconds of silence before a node is lost (0: never)
     auth_failures: int = 20  # failed authentications an address may make at once (0: no limit)
     banner: bool = True  # say where things are once listening (`corral up` says it its own way)
@@ -213,6 +214,7 @@ def serve(opts: ServerOptions) -> None:
     ctx.auth_failures = FailedAuthThrottle(opts.auth_failures)
     app = create_app(ctx)
     app.state.reports_dir = opts.reports_dir or opts.data_dir / "reports"
+    app.state.require_evidence_days = opts.require_evidence_days
     config = uvicorn.Config(
         app,
         host=opts.host,

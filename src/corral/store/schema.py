@@ -178,6 +178,9 @@ config_revisions = Table(
     Column("author", String(200), nullable=False),
     Column("comment", Text, nullable=False, server_default=""),
     Column("body", Text, nullable=False),  # the cluster file as a JSON document
+    # what the change was decided on: a what-if's summary (and report), or why it was forced
+    # without one (JSON; empty when none was given). See server/evidence.py.
+    Column("evidence", Text, nullable=False, server_default=""),
 )
 
 settings = Table(
