@@ -685,6 +685,8 @@ INFO["backlog"] = [
     ("first_check_ms", "  of which feasibility check ms"),
     ("idle_cycle_max_ms", "  the slowest of five ms"),
     ("idle_cycle_cpu_ms", "  CPU time, mean of five ms"),
+    ("settling_cycles", "cycles reclaiming before the idle ones"),
+    ("settling_cycle_max_ms", "  the slowest of them ms"),
     ("after_end_cpu_ms", "cycle after 1 % end, CPU time ms"),
     ("idle_considered", "jobs the idle cycle reached"),
     ("ended", "attempts ended"),

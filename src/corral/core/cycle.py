@@ -109,6 +109,9 @@ class _Cycle:
         self.verdicts: dict[int, tuple[int, Reason]] = {}  # keyed by `PendingJob.verdict_key`
         self.started: dict[QueueName, list[JobId]] = {}
         self.preemption = Preemption()
+        # per node classes: (reservations, their nodes) and ((reservations, node version), GPUs)
+        self.reserved_memo: dict[tuple[int, ...], tuple[int, list[tuple[str, float, tuple[int, ...]]]]] = {}
+        self.held_free_memo: dict[tuple[int, ...], tuple[tuple[int, int], int]] = {}
 
     def run(self) -> None:
         order.run(self)
@@ -301,18 +304,40 @@ class _Cycle:
         """Why the job does not fit now (`reasons.capacity`)."""
         limit = job.spec.time_limit
         ends_by = None if limit is None else self.now + limit
-        return why_text.capacity(self.state, req, placed, self._reserved_for(req), ends_by, self.now)
+        held = self._reserved_for(req)
+        if not held:
+            return why_text.capacity(self.state, req, placed, held, ends_by, self.now)
+        return why_text.capacity(
+            self.state, req, placed, held, ends_by, self.now, lambda: self._held_free(req, held)
+        )
 
     def _reserved_for(self, req: Request) -> list[tuple[str, float, tuple[int, ...]]]:
-        """(job, start, nodes) of this cycle's reservations on nodes the gang may use, earliest first."""
+        """(job, start, nodes) of this cycle's reservations on nodes the gang may use, earliest
+        first (remembered per classes: reservations are only added during a cycle)."""
         if not self.reservations:
             return []
+        known = self.reserved_memo.get(req.classes)
+        if known is not None and known[0] == len(self.reservations):
+            return known[1]
         allowed, node_class = set(req.classes), self.state.node_class
         held = [
             (r.job, r.start, tuple(n for n, _ in r.capacity if node_class[n] in allowed))
             for r in self.reservations
         ]
-        return sorted(h for h in held if h[2])
+        found = sorted(h for h in held if h[2])
+        self.reserved_memo[req.classes] = (len(self.reservations), found)
+        return found
+
+    def _held_free(self, req: Request, held: list[tuple[str, float, tuple[int, ...]]]) -> int:
+        """`reasons.held_free_gpus`, remembered per classes while neither the reservations nor
+        any node changes."""
+        key = (len(self.reservations), self.state.node_version)
+        known = self.held_free_memo.get(req.classes)
+        if known is not None and known[0] == key:
+            return known[1]
+        found = why_text.held_free_gpus(self.state, req, held)
+        self.held_free_memo[req.classes] = (key, found)
+        return found
 
     def _reserve(self, job: PendingJob, req: Request, why: Reason) -> Reason:
         """Reserve capacity for the first capacity-blocked job of its queue; the reason it waits."""

@@ -8,7 +8,7 @@ is ("in 3m"). Nothing here reads a clock.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from corral.core.decisions import Reason, Why
@@ -79,13 +79,15 @@ def capacity(
     reservations: Sequence[tuple[str, float, tuple[int, ...]]],
     ends_by: float | None,
     now: float,
+    held_free: Callable[[], int] | None = None,
 ) -> Reason:
     """Why a gang does not fit now: free GPUs, what holds them (reservations of other jobs, nodes
     that take no new work), the tightest domain it must fit (naming the best one).
 
     `reservations`: (job, start, nodes) of this cycle's reservations on nodes the gang may use,
     earliest first; `ends_by`: when the job would end if it started now (its
-    time limit; None: it has none).
+    time limit; None: it has none); `held_free`: what `held_free(state, req, reservations)`
+    answers (a cycle remembers it while no node changes).
     """
     need = gang(req.replicas, req.gpus_per_replica)
     names = state.topology.span_names
@@ -93,7 +95,9 @@ def capacity(
     if scope == "cluster":
         free = "1 GPU is" if miss.best_gpus == 1 else f"{miss.best_gpus} GPUs are"
         text, code, at = f"needs {need}; {free} free in the cluster", Why.CAPACITY, None
-        reserved = _held_free(state, req, reservations) if reservations else 0
+        reserved = 0
+        if reservations:
+            reserved = held_free() if held_free is not None else held_free_gpus(state, req, reservations)
         if reserved and miss.best_gpus + reserved >= req.gpus:
             job, start, _ = reservations[0]
             are = "is" if reserved == 1 else "are"
@@ -127,7 +131,7 @@ def capacity(
     return Reason(code, text + _unavailable(state, req), at)
 
 
-def _held_free(
+def held_free_gpus(
     state: ClusterState, req: Request, reservations: Sequence[tuple[str, float, tuple[int, ...]]]
 ) -> int:
     """Free GPUs of the gang's classes that reservations hold (a node's reserved count may include

@@ -68,8 +68,10 @@ def _placed_counts(state: ClusterState, req: Request) -> list[tuple[int, int]] |
 
 def _release(state: ClusterState, job_id: JobId) -> None:
     attempt = state.running[job_id]
-    for node, mask, cpus, memory in state.attempt_resources(attempt):
-        state.give_back(node, mask, cpus, memory, attempt.exclusive)
+    spec, exclusive = attempt.spec, attempt.exclusive
+    cpus, memory = spec.cpus_per_replica, spec.memory_gib_per_replica
+    for node, mask in attempt.placement:
+        state.give_back(node, mask, cpus, memory, exclusive)
 
 
 def _fits_inside(

@@ -106,6 +106,9 @@ class ClusterState:
         self.generation = 0  # bumped whenever static capacity changes (nodes, queues)
         self.caches = Caches()
         self.use_version = 0  # bumped whenever any queue's counted GPUs change
+        # bumped whenever a node's GPUs change (allocated, held, reserved, healthy, up, exclusive):
+        # every such change goes through `_refresh`
+        self.node_version = 0
         self._interned: dict[tuple[object, ...], int] = {}
         self._last_interned = 0
         self._intern_cap = 1 << 16
@@ -244,15 +247,22 @@ class ClusterState:
         return max(0, free.bit_count() - self.reserved[node] + gpus)
 
     def _refresh(self, node: int) -> None:
-        """Recompute a node's available count and move it in the buckets."""
-        alloc = self.alloc[node]
-        avail = self.available(node, alloc, self.exclusive[node])
+        """Recompute a node's available count and move it in the buckets (`available`, inlined:
+        the hottest path of tentative work)."""
+        self.node_version += 1
+        if self.node_state[node] is not NodeState.UP or self.exclusive[node]:
+            self.index.move(node, 0)
+            self.nvl_index.move(node, 0)
+            return
+        free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
+        avail = free.bit_count() - self.reserved[node]
+        if avail <= 0:
+            self.index.move(node, 0)
+            self.nvl_index.move(node, 0)
+            return
         self.index.move(node, avail)
         masks = self.group_masks[node]
-        if avail == 0:
-            self.nvl_index.move(node, 0)
-        elif len(masks) > 1:
-            free = self.healthy[node] & ~alloc & ~self.held[node]
+        if len(masks) > 1:
             best = max((free & m).bit_count() for m in masks)
             self.nvl_index.move(node, min(best, avail))
 
