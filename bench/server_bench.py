@@ -26,6 +26,10 @@ afterwards) and measures it from outside, over HTTP, the way users and agents re
   scheduler process (target <= 1 GB together), the time until the scheduler's first cycle is
   committed, and the first submission's latency after the restart.
 
+- `array`: one job array of 10,000 tasks: POST -> 201 (one commit), POST -> first start order
+  at an agent, and the scheduler's cycle time with 10,000 pending tasks of the array, beside
+  10,000 ordinary jobs of the same shape (bench/server_array.py).
+
 `--quick` shrinks each scenario (1,000 nodes and 10,000 jobs; 3 s of load; 50 latency samples):
 a smoke test, the targets are for the full size. The figures are wall-clock on a shared machine:
 the load average before and after is printed. docs/benchmarks.md records measured results.
@@ -66,6 +70,7 @@ SPEC = {"name": "bench", "queue": "research", "gpus_per_replica": 1, "command": 
 TARGETS: dict[str, list[tuple[str, str, str, Callable[[float], bool]]]] = {
     "submit": [("submits_per_s", "submissions/s (HTTP, durable)", ">= 2,000", lambda v: v >= 2000)],
     "latency": [("p99_ms", "submit -> agent p99 ms", "<= 100", lambda v: v <= 100)],
+    "array": [],
     "restart": [
         ("healthz_s", "restart -> /healthz s", "<= 2", lambda v: v <= 2.0),
         ("loaded_s", "restart -> scheduler loaded s", "<= 2", lambda v: v <= 2.0),
@@ -112,6 +117,7 @@ INFO: dict[str, list[tuple[str, str]]] = {
         ("second_loaded_s", "second restart -> scheduler loaded s"),
         ("second_first_cycle_s", "second restart -> first cycle committed s"),
     ],
+    "array": [],  # filled from bench/server_array.py
 }
 
 
@@ -327,6 +333,16 @@ class _Http:
         data = response.read()
         self.used = time.monotonic()
         return response.status, json.loads(data) if data else None
+
+    def call_text(self, method: str, path: str) -> tuple[int, str]:
+        """A request whose answer is text (`/metrics`)."""
+        self.conn.close()
+        self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        self.conn.request(method, path, None, self.headers)
+        response = self.conn.getresponse()
+        text = response.read().decode()
+        self.used = time.monotonic()
+        return response.status, text
 
 
 def bench_latency(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
@@ -589,10 +605,18 @@ def bench_restart(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     return out
 
 
+def bench_array(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """One 10,000-task job array: commit, first start, and the scheduler's cycle (bench/server_array.py)."""
+    from bench.server_array import bench_array as run
+
+    return run(args, tmp, Server, _Http, LAB, database)
+
+
 SCENARIOS: dict[str, Callable[[argparse.Namespace, Path], dict[str, Any]]] = {
     "submit": bench_submit,
     "latency": bench_latency,
     "restart": bench_restart,
+    "array": bench_array,
 }
 
 
@@ -645,6 +669,9 @@ def source_version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.server_array import INFO as ARRAY_INFO
+
+    INFO["array"] = ARRAY_INFO
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

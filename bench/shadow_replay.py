@@ -52,7 +52,7 @@ from corral.fleet.shadow import compare, first_starts, live_timing, table  # noq
 from corral.sim.loaders.philly import load_philly  # noqa: E402
 from corral.sim.trace import TraceJob  # noqa: E402
 
-MIN_CYCLE_INTERVAL = 0.02  # corral.server.scheduler.MIN_CYCLE_INTERVAL
+MIN_CYCLE_INTERVAL = 0.02  # corral.server.pacing.MIN_CYCLE_INTERVAL
 JITTER = 0.001  # seconds added to every run time: how sensitive decisions are to timing at all
 
 

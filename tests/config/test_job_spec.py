@@ -246,7 +246,7 @@ def test_unknown_fields_are_refused_with_the_nearest_name(tmp_path: Path) -> Non
     mount = {"mounts": [{"source": "/a", "target": "/b", "readonly": True}]}
     with pytest.raises(ConfigError, match=r"mounts\[0\]\.readonly: unknown field .*did you mean `read_only`"):
         parse_job_spec(mount)
-    with pytest.raises(ConfigError, match="remove it; the known fields here are: checkpoint, command"):
+    with pytest.raises(ConfigError, match="remove it; the known fields here are: array, checkpoint, command"):
         parse_job_spec({"name": "a", "future": 1})
 
 

@@ -22,6 +22,8 @@ import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from corral.protocol import Orders, Registered
+
 ROOT = Path(__file__).resolve().parents[2]
 PG_ENV = "CORRAL_TEST_DATABASE_URL"
 
@@ -170,13 +172,14 @@ class FakeAgent:
         r = self.http.post("/v1/agents/register", json=self.inventory)
         r.raise_for_status()
         out: dict[str, Any] = r.json()
-        self.incarnation = out["incarnation"]
+        self.incarnation = Registered.model_validate(out).incarnation  # the node protocol's answer
         return out
 
     def orders(self, wait: float = 0.0) -> list[dict[str, Any]]:
         r = self.http.get(f"/v1/agents/{self.node}/assignments", params={"after": self.after, "wait": wait})
         r.raise_for_status()
         orders: list[dict[str, Any]] = r.json()["orders"]
+        Orders.model_validate({"orders": orders})  # every order the server sends is a protocol model
         if orders:
             self.after = orders[-1]["seq"]
         return orders

@@ -19,7 +19,7 @@ from tests.server.harness import FakeAgent, Server, wait_for
 from tests.server.scenario import events, job, running_server, submit, write_cluster
 
 # plausible values for the path parameters of every route
-PATH_VALUES = {"job_id": "j1", "node": "dgx01", "token_id": "t000000000000", "verb": "pause"}
+PATH_VALUES = {"job_id": "j1", "node": "dgx01", "token_id": "t000000000000", "verb": "pause", "number": "1"}
 BODIES: dict[str, Any] = {
     "/v1/jobs": {"queue": "research", "command": ["true"]},
     "/v1/agents/register": {"node": "dgx01", "gpus": 8, "gpu_model": "H100-80GB"},

@@ -16,15 +16,22 @@ The shim leads the rank's process group, which SIGKILL reaches whole; any other 
 sends the shim alone, and the shim passes it to the rank's main process (through bwrap, which does
 not forward signals, to bwrap's child), so that a child of the rank, a `sleep` or a data loader,
 is not stopped under it.
+
+A terminal session (`"tty": true` in the launch file, `corral.agent.terminal`) is started the
+same way with a pseudo-terminal on its standard streams: the child makes it its controlling
+terminal in a session of its own (so Ctrl-C reaches the shell's foreground job) before it drops
+to the job's user.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import sys
+import termios
 from typing import Any
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
@@ -38,6 +45,11 @@ def _become(launch: dict[str, Any]) -> None:
     env = {str(k): str(v) for k, v in launch["env"].items()}
     step = "become the job's user"
     try:
+        if launch.get("tty"):  # a terminal session (`corral.agent.terminal`): the pty on 0-2 is its own
+            step = "take the terminal"
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            step = "become the job's user"
         if isinstance(gid, int):
             os.setgroups([])
             os.setresgid(gid, gid, gid)

@@ -7,9 +7,21 @@ from typing import Annotated
 
 import typer
 
-from corral.cli.main import app
 from corral.cli.ops_cmds import PANEL
 from corral.cli.remote import JsonOpt, ServerOpt, TokenOpt, connect, fail, print_json, seconds_text, when
+from corral.cli.root import app
+from corral.cli.settings import data_dir, default_database_url
+from corral.cli.whatif_show import (
+    ForceOpt,
+    ReasonOpt,
+    ReportOpt,
+    SinceOpt,
+    WhatIfOpt,
+    YesOpt,
+    decide,
+    print_decided,
+    proposal_of,
+)
 
 # ---- admin verbs -------------------------------------------------------------------------------
 admin_app = typer.Typer(help="Control-plane operations (admins).", no_args_is_help=True)
@@ -87,12 +99,19 @@ def policy(
         typer.Option("--arg", help="a plugin argument PLUGIN.KEY=VALUE (repeat)"),
     ] = None,
     comment: Annotated[str, typer.Option(help="why (kept with the revision)")] = "",
+    what_if: WhatIfOpt = False,
+    since: SinceOpt = "7d",
+    report: ReportOpt = None,
+    yes: YesOpt = False,
+    force: ForceOpt = False,
+    reason: ReasonOpt = "",
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show the scheduling policy in effect, or change it: a new configuration revision
-    (`corral queues rollback` undoes it)."""
+    (`corral queues rollback` undoes it). `--what-if` first replays the last `--since` of this
+    cluster's work under the new policy and keeps the result with the revision (docs/whatif.md)."""
     from corral.core.errors import ConfigError
     from corral.policies.registry import parse_plugin_args
 
@@ -118,11 +137,13 @@ def policy(
             typer.echo(f"  {plugin}: {text or '(no arguments)'}")
         return
     with connect(ctx, server, token) as corral:
-        out = corral.set_policy(name, args or None, comment)
-    if as_json:
-        print_json(out)
-    else:
-        typer.echo(f"policy {name} is active (configuration revision {out['revision']})")
+        decision = decide(
+            corral, what_if, since, report, yes, force, reason, as_json,
+            lambda export: proposal_of(corral, export, name, args, None, None),
+        )  # fmt: skip
+        result = decision.pop("_result", None)
+        out = corral.set_policy(name, args or None, comment, decision)
+    print_decided(out, result, as_json, f"policy {name} is active (configuration revision {out['revision']})")
 
 
 @admin_app.command()
@@ -157,7 +178,6 @@ def restore(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
 ) -> None:
     """Replace a database with a backup. Offline: stop the server (and scheduler) first."""
-    from corral.cli.settings import data_dir, default_database_url
 
     url = database_url or default_database_url(data_dir())
     if not path.is_file():

@@ -12,8 +12,10 @@ from typing import Annotated, Any
 
 import typer
 
-from corral.cli.main import app
+from corral.cli import settings
 from corral.cli.remote import fail
+from corral.cli.root import app
+from corral.protocol import ProtocolMismatch
 
 
 @app.command(rich_help_panel="Control plane")
@@ -68,7 +70,6 @@ def agent(
     machine allows) and serves their logs; Ctrl-C stops it and them."""
     from corral.agent.inventory import address_towards, declared_or_detected, inventory
     from corral.agent.runner import Agent
-    from corral.cli import settings
     from corral.client import ClientError
 
     os.umask(0o077)  # its records hold jobs' env: private unless made readable on purpose
@@ -116,5 +117,7 @@ def agent(
         typer.echo("corral agent: stopped")
     except ClientError as err:
         fail(f"corral agent: {err.message}", err.fix)
+    except ProtocolMismatch as exc:
+        fail(f"corral agent: {exc}")
     finally:
         runner.shutdown()

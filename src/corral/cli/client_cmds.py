@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from corral.cli.main import app
 from corral.cli.remote import (
     JsonOpt,
     ServerOpt,
@@ -26,6 +25,8 @@ from corral.cli.remote import (
     seconds_text,
     when,
 )
+from corral.cli.root import app
+from corral.cli.submit_spec import SubmitFlags, apply_flags, largest_node_gpus, load_spec_file
 
 PANEL = "Jobs"
 
@@ -77,8 +78,20 @@ def submit(
         typer.Option(help="absolute folder the workers start in (default: the attempt's run folder)"),
     ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="K=V; repeat", show_default=False)] = None,
+    notify: Annotated[
+        str | None,
+        typer.Option(
+            help="events sent to the queue's webhooks: start,end,fail,preempt,restart", show_default=False
+        ),
+    ] = None,
     mount: Annotated[
         list[str] | None, typer.Option("--mount", help="SRC:DST[:ro]; repeat", show_default=False)
+    ] = None,
+    array: Annotated[
+        str | None, typer.Option(help="a job array: 0-99, 0-15:4, 1,3,5-7; %N: at most N at once")
+    ] = None,
+    dependency: Annotated[
+        str | None, typer.Option(help="afterok:J[:J...], afterany:J, afternotok:J, after:J, singleton")
     ] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -86,11 +99,24 @@ def submit(
 ) -> None:
     """Submit a job: `corral submit --gpus 4 -- python train.py`. Every job-spec field is a flag.
 
-    `--gpu-model` repeats (acceptable models, or a glob such as H100*). Prints the job's id;
-    with --json the job object, as `GET /v1/jobs/{id}` returns it.
+    `--gpu-model` repeats (acceptable models, or a glob such as H100*). `corral submit
+    script.sh` sends a batch script, its `#CORRAL` lines read as flags (like `#SBATCH`; the
+    command line wins). Prints the job's id; with --json the job object, as `GET /v1/jobs/{id}`
+    returns it (an array: the array object).
     """
-    from corral.cli.submit_spec import SubmitFlags, apply_flags, load_spec_file
     from corral.core.errors import ConfigError
+
+    if command and not ctx.meta.get("corral.script"):
+        from corral.cli import batch_script
+
+        script = batch_script.find(command[0])
+        if script is not None:  # its #CORRAL lines under the command line's flags
+            ctx.meta["corral.script"] = True
+            try:
+                params = batch_script.merged(ctx, script, list(command[1:]))
+            except ConfigError as exc:
+                fail(str(exc), exc.fix)
+            return submit(ctx, **params)
 
     if gpus is not None and (replicas is not None or gpus_per_replica is not None):
         fail("--gpus is shorthand for --replicas 1 --gpus-per-replica N", "give either --gpus or those two")
@@ -112,6 +138,9 @@ def submit(
         cpus_per_replica=cpus_per_replica,
         memory_gib_per_replica=memory_gib_per_replica,
         working_dir=working_dir,
+        notify=notify,
+        array=array,
+        dependency=dependency,
         env=tuple(env or ()),
         mounts=tuple(mount or ()),
         command=tuple(command or ()),
@@ -127,12 +156,19 @@ def submit(
     if as_json:
         print_json(job)
         return
-    typer.echo(f"{job['id']}  submitted to queue {job['queue']} ({gang_text(job)}): {job['state']}")
+    if job.get("array"):
+        cap = f", at most {job['max_running']} at once" if job.get("max_running") else ""
+        typer.echo(
+            f"{job['id']}  array of {job['tasks']} tasks ({job['spec']}{cap}) submitted to queue "
+            f"{job['queue']} ({gang_text(job)} each): tasks {job['id']}_N"
+        )
+        return
+    after = f"; {job['reason']}" if job.get("reason") else ""
+    typer.echo(f"{job['id']}  submitted to queue {job['queue']} ({gang_text(job)}): {job['state']}{after}")
 
 
 def _gpus_shorthand(corral: Client, gpus: int) -> dict[str, int]:
     """`--gpus N` against the largest node the server knows (an error suggests the split)."""
-    from corral.cli.submit_spec import largest_node_gpus
     from corral.config.job_spec import gpus_shorthand
     from corral.core.errors import ConfigError
 
@@ -161,20 +197,30 @@ def jobs(
     queue: Annotated[str | None, typer.Option(help="only this queue")] = None,
     user: Annotated[str | None, typer.Option(help="only this user's jobs")] = None,
     all_states: Annotated[bool, typer.Option("--all", "-a", help="every state, finished ones too")] = False,
+    expand: Annotated[
+        bool, typer.Option("--expand", "-r", help="one line per array task (else one per array)")
+    ] = False,
+    array: Annotated[str | None, typer.Option(help="only this job array's tasks")] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List jobs you may see (default: active ones: pending, starting, running, stopping)."""
+    """List jobs you may see (default: active ones: pending, starting, running, stopping).
+
+    A job array is one line, its tasks counted by state; `--expand` lists every task."""
+    from corral.cli.array_view import array_row, group
+
     states = state or (None if all_states else ["active"])
     with connect(ctx, server, token) as corral:
-        found = list(corral.iter_jobs(state=states, queue=queue, user=user))
+        found = list(corral.iter_jobs(state=states, queue=queue, user=user, array=array))
     if as_json:
         print_json({"jobs": found})
         return
     now = time.time()
     rows = [
-        (
+        array_row(j, _shape(j[0]), age(j[0]["submit_time"], now))
+        if isinstance(j, list)
+        else (
             j["id"],
             j["name"],
             j["state"] + (" (held)" if _is_held(j) else ""),
@@ -184,7 +230,7 @@ def jobs(
             age(j["submit_time"], now),
             placement_text(j["placement"]) if j["placement"] else _why(j),
         )
-        for j in found
+        for j in (found if expand else group(found))
     ]
     print_table(
         ("ID", "NAME", "STATE", "QUEUE", "USER", "GPUS", "AGE", "PLACEMENT OR REASON"),
@@ -231,9 +277,14 @@ def show(
     """One job: its state, placement, the reason it waits, and the history of events and reasons.
 
     With --json: the job object, as `GET /v1/jobs/{id}` returns it."""
+    from corral.cli.array_view import show_fields
+
     with connect(ctx, server, token) as corral:
         job = corral.job(job_id)
-        history = None if as_json else corral.job_events(job_id)
+        history = None if as_json or job.get("array") else corral.job_events(job_id)
+    if job.get("array") and not as_json:  # a job array as a whole
+        print_fields(show_fields(job))
+        return
     if as_json or history is None:
         print_json(job)
         return
@@ -339,6 +390,10 @@ def _act(
                 continue
             if as_json:
                 print_json_line(job)
+            elif job.get("array"):
+                from corral.cli.array_view import counts_text
+
+                typer.echo(f"{job['id']}: array of {job['tasks']} tasks: {counts_text(job['states'])}")
             else:
                 held = " (held)" if _is_held(job) else ""
                 note = "; it checkpoints, then stops" if job["state"] == "stopping" else ""
@@ -346,54 +401,36 @@ def _act(
     raise typer.Exit(code)
 
 
-@app.command(rich_help_panel=PANEL)
-def cancel(
-    ctx: typer.Context,
-    job_ids: JobIds,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Cancel jobs: a pending one at once; a running one is told to checkpoint, then stopped.
-
-    With --json: each job object on its own line."""
-    _act(ctx, "cancel", job_ids, server, token, as_json)
+ACTIONS = (
+    (
+        "cancel",
+        "Cancel jobs: a pending one at once; a running one is told to checkpoint, then stopped.\n\n"
+        "With --json: each job object on its own line.",
+    ),
+    ("hold", "Keep pending jobs from starting until released."),
+    ("release", "Let held jobs start again."),
+    ("requeue", "Stop running jobs (checkpoint signal, then a kill) and put them back in their queue."),
+)
 
 
-@app.command(rich_help_panel=PANEL)
-def hold(
-    ctx: typer.Context,
-    job_ids: JobIds,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Keep pending jobs from starting until released."""
-    _act(ctx, "hold", job_ids, server, token, as_json)
+def _action_command(action: str, help_text: str) -> None:
+    """`corral cancel|hold|release|requeue JOB...`: one command per job action, all alike."""
+
+    def command(
+        ctx: typer.Context,
+        job_ids: JobIds,
+        server: ServerOpt = None,
+        token: TokenOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        _act(ctx, action, job_ids, server, token, as_json)
+
+    command.__doc__ = help_text
+    app.command(name=action, rich_help_panel=PANEL)(command)
 
 
-@app.command(rich_help_panel=PANEL)
-def release(
-    ctx: typer.Context,
-    job_ids: JobIds,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Let held jobs start again."""
-    _act(ctx, "release", job_ids, server, token, as_json)
-
-
-@app.command(rich_help_panel=PANEL)
-def requeue(
-    ctx: typer.Context,
-    job_ids: JobIds,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Stop running jobs (checkpoint signal, then a kill) and put them back in their queue."""
-    _act(ctx, "requeue", job_ids, server, token, as_json)
+for _action, _help in ACTIONS:
+    _action_command(_action, _help)
 
 
 # ---- events and usage --------------------------------------------------------------------------

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from corral.cli.main import app
 from corral.cli.remote import JsonOpt, ServerOpt, TokenOpt, connect, print_json
+from corral.cli.root import app
 
 if TYPE_CHECKING:
     from corral.client import Client

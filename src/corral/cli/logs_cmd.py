@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from corral.cli.main import app
 from corral.cli.remote import ServerOpt, TokenOpt, connect
+from corral.cli.root import app
 
 TERMINAL = {"finished", "failed", "cancelled", "rejected"}
 FOLLOW_EVERY = 0.5

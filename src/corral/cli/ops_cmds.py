@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 import typer
 
-from corral.cli.main import app
 from corral.cli.remote import (
     JsonOpt,
     ServerOpt,
@@ -18,6 +17,19 @@ from corral.cli.remote import (
     print_json,
     print_table,
     when,
+)
+from corral.cli.root import app
+from corral.cli.whatif_show import (
+    ForceOpt,
+    ReasonOpt,
+    ReportOpt,
+    SinceOpt,
+    WhatIfOpt,
+    YesOpt,
+    decide,
+    evidence_text,
+    print_decided,
+    proposal_of,
 )
 
 PANEL = "Cluster and admin"
@@ -273,11 +285,19 @@ def set_queue(
         list[str] | None, typer.Option(help="a path jobs may mount from; repeat", show_default=False)
     ] = None,
     comment: Annotated[str, typer.Option(help="why (kept in the history)")] = "",
+    what_if: WhatIfOpt = False,
+    since: SinceOpt = "7d",
+    report: ReportOpt = None,
+    yes: YesOpt = False,
+    force: ForceOpt = False,
+    reason: ReasonOpt = "",
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Change (or add) a queue: a new configuration revision, audited, that `rollback` can undo."""
+    """Change (or add) a queue: a new configuration revision, audited, that `rollback` can undo.
+    `--what-if` first replays the last `--since` of this cluster's work under the change and
+    keeps the result with the revision (docs/whatif.md)."""
     change = {
         "weight": weight,
         "quota": quota,
@@ -293,11 +313,13 @@ def set_queue(
     if all(v is None for v in change.values()):
         fail("nothing to change", "give at least one of --weight, --quota, --limit, --cohort, ...")
     with connect(ctx, server, token) as corral:
-        out = corral.set_queue(name, change, comment)
-    if as_json:
-        print_json(out)
-    else:
-        typer.echo(f"queue {name} changed: configuration revision {out['revision']}")
+        decision = decide(
+            corral, what_if, since, report, yes, force, reason, as_json,
+            lambda export: proposal_of(corral, export, None, {}, None, None, (name, change)),
+        )  # fmt: skip
+        result = decision.pop("_result", None)
+        out = corral.set_queue(name, change, comment, decision)
+    print_decided(out, result, as_json, f"queue {name} changed: configuration revision {out['revision']}")
 
 
 @queues_app.command()
@@ -321,8 +343,8 @@ def history(
         for r in out["revisions"]
     ]
     print_table(
-        ("REVISION", "CREATED", "AUTHOR", "POLICY", "COMMENT"),
-        rows,
+        ("REVISION", "CREATED", "AUTHOR", "POLICY", "COMMENT", "EVIDENCE"),
+        [(*row, evidence_text(r.get("evidence"))) for row, r in zip(rows, out["revisions"], strict=True)],
         empty="no revisions: the built-in default",
     )
 

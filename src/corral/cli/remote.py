@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from corral.cli.settings import resolve_connection
+
 if TYPE_CHECKING:
     from corral.client import Client, ClientError
 
@@ -85,7 +87,6 @@ def _inherited(ctx: typer.Context | None, name: str) -> str | None:
 @contextmanager
 def connect(ctx: typer.Context | None, server: str | None, token: str | None) -> Iterator[Client]:
     """A client for the resolved server; a refusal inside the block exits with its code."""
-    from corral.cli.settings import resolve_connection
     from corral.client import Client, ClientError
 
     url, secret = resolve_connection(server or _inherited(ctx, "server"), token or _inherited(ctx, "token"))

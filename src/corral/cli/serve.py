@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from corral.cli.main import app
+from corral.cli.root import app
 from corral.cli.settings import data_dir, default_database_url
 
 DatabaseUrl = Annotated[
@@ -57,8 +58,20 @@ def server(
             "others answered 429 (valid tokens are never refused; 0: no limit)",
         ),
     ] = 20,
+    require_evidence_days: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="refuse a configuration change without a what-if over at least this many days, "
+            "unless --force --reason (0: off; docs/whatif.md)",
+        ),
+    ] = 0.0,
 ) -> None:
     """Run the control plane: the HTTP API (FastAPI on uvicorn) and the scheduler process."""
+    from corral.server import metrics_dir  # before any module that defines metrics
+
+    os.umask(0o077)  # the data directory and what is in it are the service user's alone
+    metrics_dir.prepare(data_dir())
     from corral.core.errors import ConfigError
     from corral.server.config_check import LiveConflict
     from corral.server.main import ServerOptions, serve
@@ -82,6 +95,7 @@ def server(
                 reports_dir=reports_dir,
                 lost_after=lost_after,
                 auth_failures=auth_failures,
+                require_evidence_days=require_evidence_days,
             )
         )
     except (ConfigError, LiveConflict) as exc:  # the cluster file, or a revision that would strand live jobs
@@ -94,8 +108,8 @@ def scheduler(
     policy: Annotated[str, typer.Option(help="scheduling policy")] = "default",
 ) -> None:
     """Run a scheduler process on its own (`corral server` starts one for you)."""
-    from corral.server.main import hold_database
     from corral.server.scheduler import main
+    from corral.store.inuse import hold_database
 
     url = database_url or default_database_url(data_dir())
     lease = hold_database(url)  # `corral admin restore` refuses while it is held

@@ -36,6 +36,9 @@ class SubmitFlags:
     env: tuple[str, ...] = ()
     mounts: tuple[str, ...] = ()
     working_dir: str | None = None
+    notify: str | None = None  # `--notify end,fail,preempt`
+    array: str | None = None  # Slurm's --array (config/array_spec.py), checked by the server
+    dependency: str | None = None
     command: tuple[str, ...] = field(default=())
 
 
@@ -64,6 +67,8 @@ def apply_flags(spec: dict[str, Any], flags: SubmitFlags) -> dict[str, Any]:
         "working_dir": flags.working_dir,
         "cpus_per_replica": flags.cpus_per_replica,
         "memory_gib_per_replica": flags.memory_gib_per_replica,
+        "array": flags.array,
+        "dependency": flags.dependency,
     }
     out.update({k: v for k, v in plain.items() if v is not None})
     if flags.priority is not None:
@@ -84,6 +89,8 @@ def apply_flags(spec: dict[str, Any], flags: SubmitFlags) -> dict[str, Any]:
             m for m in out.get("mounts") or [] if not (isinstance(m, dict) and m.get("target") in targets)
         ]
         out["mounts"] = kept + added
+    if flags.notify is not None:
+        out["notify"] = [e.strip() for e in flags.notify.split(",") if e.strip()]
     if flags.command:
         out["command"] = list(flags.command)
     return out

@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from corral.agent.inventory import Gpus, declared_or_detected
-from corral.cli.main import app
-from corral.cli.remote import fail
+from corral.agent.inventory import Gpus, declared_or_detected, inventory
+from corral.cli.dashboard_cmd import login_link
+from corral.cli.remote import fail, say_error
+from corral.cli.root import app
+from corral.cli.settings import data_dir, default_database_url, read_config, write_config
 
 PANEL = "Control plane"
 
@@ -37,20 +39,9 @@ DECLARE_HINT = "corral up --gpus 8 --gpu-model H100-80GB"
 
 
 def local_inventory(node: str, gpus: Gpus) -> dict[str, Any]:
-    """The registration body for this machine (the agents' API)."""
-    try:
-        memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    except (ValueError, OSError, AttributeError):
-        memory_gib = 0.0
-    return {
-        "node": node,
-        "gpus": gpus.count,
-        "gpu_model": gpus.model,
-        "gpu_memory_gib": gpus.memory_gib,
-        "cpus": os.cpu_count() or 0,
-        "memory_gib": round(memory_gib, 1),
-        "address": "127.0.0.1",
-    }
+    """The registration body for this machine: the agent's own (`corral.agent.inventory`), NVLink
+    domains included, at the loopback address."""
+    return inventory(node, gpus, "127.0.0.1")
 
 
 def _port_is_free(host: str, port: int) -> bool:
@@ -85,7 +76,10 @@ def up(
     ] = None,
 ) -> None:
     """Run Corral on this machine: API, scheduler and this machine as its node; Ctrl-C stops it."""
-    from corral.cli.settings import data_dir, default_database_url
+    from corral.server import metrics_dir  # before any module that defines metrics
+
+    os.umask(0o077)  # the data directory and what is in it are the service user's alone
+    metrics_dir.prepare(data_dir())
     from corral.server.main import ServerOptions, check_listen, serve
 
     os.umask(0o077)  # the database, job records and logs are private (DESIGN.md 6.6)
@@ -149,7 +143,6 @@ def _join(
     """After the API answers: register the node, write the config, say what is where; then run
     this machine's node agent (heartbeats, and the workers of the jobs placed here)."""
     from corral.agent.runner import Agent
-    from corral.cli.remote import say_error
     from corral.client import ClientError
 
     try:
@@ -189,7 +182,6 @@ def _wait_healthy(url: str, timeout: float = 120.0) -> None:
 
 def _admin_token(url: str, directory: Path) -> str:
     """The admin token `corral server` wrote on a fresh database, else the one in your config."""
-    from corral.cli.settings import read_config
     from corral.client import Client, ClientError
 
     candidates = []
@@ -243,8 +235,6 @@ def _register(url: str, directory: Path, admin: str, inventory: dict[str, Any]) 
 def _announce(
     url: str, directory: Path, admin: str, inventory: dict[str, Any], gpus: Gpus, user: str | None
 ) -> None:
-    from corral.cli.dashboard_cmd import login_link
-    from corral.cli.settings import write_config
     from corral.client import Client, ClientError
 
     config = write_config({"server": url, "token": admin})

@@ -189,6 +189,7 @@ class Client:
         user: str | None = None,
         limit: int = PAGE,
         after: int = 0,
+        array: str | None = None,
     ) -> list[JsonObject]:
         """One page of jobs, oldest first; each has a `seq` to pass as `after` for the next page.
 
@@ -200,16 +201,23 @@ class Client:
             params["queue"] = queue
         if user:
             params["user"] = user
+        if array:
+            params["array"] = array
         out: list[JsonObject] = self.request("GET", "/v1/jobs", params=params)["jobs"]
         return out
 
     def iter_jobs(
-        self, *, state: list[str] | None = None, queue: str | None = None, user: str | None = None
+        self,
+        *,
+        state: list[str] | None = None,
+        queue: str | None = None,
+        user: str | None = None,
+        array: str | None = None,
     ) -> Iterator[JsonObject]:
-        """Every matching job, oldest first, fetched page by page."""
+        """Every matching job, oldest first, fetched page by page (`array`: one array's tasks)."""
         after = 0
         while True:
-            page = self.jobs(state=state, queue=queue, user=user, limit=PAGE, after=after)
+            page = self.jobs(state=state, queue=queue, user=user, limit=PAGE, after=after, array=array)
             yield from page
             if len(page) < PAGE:
                 return
@@ -217,6 +225,17 @@ class Client:
 
     def job(self, job_id: str) -> JsonObject:
         out: JsonObject = self.request("GET", f"/v1/jobs/{job_id}")
+        return out
+
+    def acct(self, *, after: str = "0.0", limit: int = PAGE, **filters: Any) -> JsonObject:
+        """One page of accounting rows (`corral acct`): `{"rows": [...], "next": cursor or None}`;
+        `filters`: user, queue, state (a list), since and until (Unix times)."""
+        params = {
+            "after": after,
+            "limit": limit,
+            **{k: v for k, v in filters.items() if v not in (None, [], "")},
+        }
+        out: JsonObject = self.request("GET", "/v1/acct", params=params)
         return out
 
     def job_events(self, job_id: str) -> JsonObject:
@@ -274,16 +293,34 @@ class Client:
         out: list[JsonObject] = self.request("GET", "/v1/queues")["queues"]
         return out
 
-    def set_queue(self, name: str, change: Mapping[str, Any], comment: str = "") -> JsonObject:
-        """Change (or add) queue `name` with the given fields; `{"revision": N}`."""
+    def set_queue(
+        self,
+        name: str,
+        change: Mapping[str, Any],
+        comment: str = "",
+        decision: Mapping[str, Any] | None = None,
+    ) -> JsonObject:
+        """Change (or add) queue `name` with the given fields; `{"revision": N}`. `decision`: the
+        evidence (`{"evidence": {...}}`) or `{"force": true, "reason": ...}` (server/evidence.py)."""
         body = {k: v for k, v in change.items() if v is not None}
         if comment:
             body["comment"] = comment
+        body.update(decision or {})
         out: JsonObject = self.request("PUT", f"/v1/queues/{name}", body=body)
         return out
 
     def config(self) -> JsonObject:
         out: JsonObject = self.request("GET", "/v1/config")
+        return out
+
+    def revision(self, number: int) -> JsonObject:
+        """One configuration revision: its body, author, comment and evidence (admins)."""
+        out: JsonObject = self.request("GET", f"/v1/config/revisions/{number}")
+        return out
+
+    def reports(self) -> JsonObject:
+        """Simulation and what-if reports the server's dashboard lists, and (admins) its folder."""
+        out: JsonObject = self.request("GET", "/v1/reports")
         return out
 
     def revisions(self) -> JsonObject:
@@ -296,11 +333,24 @@ class Client:
         out: JsonObject = self.request("GET", "/v1/policy")
         return out
 
-    def set_policy(self, name: str, args: Mapping[str, Any] | None = None, comment: str = "") -> JsonObject:
+    def set_policy(
+        self,
+        name: str,
+        args: Mapping[str, Any] | None = None,
+        comment: str = "",
+        decision: Mapping[str, Any] | None = None,
+    ) -> JsonObject:
         """Make `name` (with plugin `args`) the scheduling policy, as a new configuration revision."""
-        out: JsonObject = self.request(
-            "PUT", "/v1/policy", body={"name": name, "args": args, "comment": comment}
-        )
+        body = {"name": name, "args": args, "comment": comment, **(decision or {})}
+        out: JsonObject = self.request("PUT", "/v1/policy", body=body)
+        return out
+
+    def history(self, since: float, until: float | None = None) -> JsonObject:
+        """The event log of a window as trace rows, with the nodes and configuration (admins)."""
+        params: dict[str, Any] = {"since": since}
+        if until is not None:
+            params["until"] = until
+        out: JsonObject = self.request("GET", "/v1/history", params=params)
         return out
 
     def rollback(self, revision: int) -> JsonObject:

@@ -13,6 +13,7 @@ from corral.config.durations import format_duration
 from corral.config.gpu_models import normalise_gpu_model
 from corral.config.hostlist import expand_hostlist
 from corral.config.invalid import InvalidValue
+from corral.config.notify_config import NotifyConfig, build_notify
 from corral.config.unknown_fields import check_known_fields
 from corral.config.yaml_source import FieldPath, Locator, load_yaml
 from corral.core.model import (
@@ -30,6 +31,7 @@ __all__ = ["DEFAULT_QUEUE", "ClusterConfig", "load_cluster_file", "parse_cluster
 
 DEFAULT_QUEUE = "default"
 _DOCS = "see docs/cluster-file.md"
+NO_NOTIFY = NotifyConfig()
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,7 @@ class ClusterConfig:
     queues: tuple[QueueSpec, ...]
     priority_classes: tuple[PriorityClass, ...]
     default_priority: str
+    notify: NotifyConfig = NO_NOTIFY  # webhook sinks (none unless `notify:` declares some)
 
     def priority_class(self, name: str) -> PriorityClass:
         """The class called `name`; KeyError when there is none."""
@@ -121,6 +124,7 @@ def parse_cluster_config(
         queues=queues,
         priority_classes=classes,
         default_priority=model.default_priority,
+        notify=build_notify(model.notify, [q.name for q in queues], loc),
     )
 
 

@@ -8,6 +8,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidat
 
 from corral.config.durations import parse_duration
 from corral.config.invalid import InvalidValue
+from corral.config.notify_config import NotifyEntry
 
 __all__ = ["ClusterFile", "Duration", "Labels", "NodeEntry", "PriorityClassEntry", "QueueEntry"]
 
@@ -101,3 +102,4 @@ class ClusterFile(_Entry):
     queues: list[QueueEntry] = Field(default_factory=list)
     priority_classes: dict[str, PriorityClassEntry] | None = None
     default_priority: str = "normal"
+    notify: NotifyEntry | None = None  # webhook sinks and the URLs they may use (notify_config.py)

@@ -24,6 +24,7 @@ from corral.config.cluster_file import ClusterConfig
 from corral.config.durations import format_duration, parse_duration
 from corral.config.gpu_models import normalise_gpu_model
 from corral.config.invalid import InvalidValue
+from corral.config.notify_config import notify_events
 from corral.config.spec_bounds import (
     MAX_CPUS,
     MAX_MEMORY_GIB,
@@ -162,6 +163,7 @@ Command = Annotated[tuple[str, ...], PlainValidator(_command), AfterValidator(la
 Env = Annotated[dict[str, str], PlainValidator(_env), AfterValidator(launchable_env)]
 AbsolutePath = Annotated[str, PlainValidator(_absolute_path), AfterValidator(no_nul_path)]
 MountTarget = Annotated[str, PlainValidator(_absolute_path), AfterValidator(mount_target)]
+NotifyEvents = Annotated[tuple[str, ...], PlainValidator(notify_events)]
 
 
 class _Entry(BaseModel):
@@ -211,6 +213,10 @@ class JobRequest(_Entry):
     working_dir: AbsolutePath | None = None  # default: the attempt's own run folder on the node
     cpus_per_replica: int = Field(0, ge=0, le=MAX_CPUS)
     memory_gib_per_replica: float = Field(0.0, ge=0, le=MAX_MEMORY_GIB)
+    notify: NotifyEvents = ()  # events sent to the queue's webhook sinks (notify_config.NOTIFY_EVENTS)
+    # Slurm's --array and --dependency (config/array_spec.py); the server writes such a job itself
+    array: str | None = Field(None, max_length=10_000)
+    dependency: str | None = Field(None, max_length=10_000)
 
     # a plain default: pydantic inspects a default_factory's signature on every parse (~30 µs)
     _locator: Locator | None = PrivateAttr(default=None)
@@ -248,6 +254,7 @@ SERVER_FIELDS = frozenset(
     {
         "id", "state", "user", "team", "attempt", "placement", "reason", "reason_code", "reason_at", "held",
         "priority_class", "restarts", "submit_time", "start_time", "end_time", "exit_code",
+        "array_id", "array_task",
     }
 )  # fmt: skip
 

@@ -24,6 +24,19 @@ from typing import Any
 
 from corral.fleet.stats import Recorder
 from corral.fleet.wire import Answer, Conn, Pool, WireError, auth_headers, split_url
+from corral.protocol import (
+    Heartbeat,
+    LocalAttempt,
+    Orders,
+    Registered,
+    Registration,
+    Report,
+    ReportStatus,
+    StartOrder,
+    StopOrder,
+    TerminalOrder,
+    check_version,
+)
 
 STOPPED_EXIT = 143  # 128 + SIGTERM: how a worker told to stop ends
 
@@ -113,14 +126,15 @@ class Fleet:
         await asyncio.gather(*(worker() for _ in range(min(concurrency, len(todo)) or 1)))
 
     async def _register(self, node: Node) -> None:
-        running = [{"job": job, "attempt": attempt} for job, attempt in node.jobs]
+        running = [LocalAttempt(job=job, attempt=attempt) for job, attempt in node.jobs]
+        body = Registration(**node.inventory, running=running).model_dump(mode="json")
         for _ in range(5):
             answer = await self.call(
                 "register",
                 "POST",
                 "/v1/agents/register",
                 node.headers,
-                {**node.inventory, "running": running},
+                body,
             )
             if answer is not None and answer[0] == 200:
                 break
@@ -129,12 +143,13 @@ class Fleet:
             await asyncio.sleep(1.0)
         else:
             raise RuntimeError(f"registration of {node.name} failed five times")
-        out = answer[1]
-        node.incarnation = int(out["incarnation"])
-        node.after = max(node.after, int(out.get("after") or 0))
-        self.interval = float(out.get("heartbeat_interval_s") or self.interval)
-        for job, attempt in (tuple(x.split("/")) for x in out.get("stale") or []):
-            self._forget(node, (job, int(attempt)))
+        out = Registered.model_validate(answer[1])
+        check_version(out.protocol)
+        node.incarnation = out.incarnation
+        node.after = max(node.after, out.after)
+        self.interval = out.heartbeat_interval_s or self.interval
+        for key in out.stale_keys():
+            self._forget(node, key)
 
     # ---- running ----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -166,9 +181,8 @@ class Fleet:
             late = loop.time() - due
             self.recorder.add("heartbeat.late", time.time(), late)
             path = f"/v1/agents/{node.name}/heartbeat"
-            answer = await self.call(
-                "heartbeat", "POST", path, node.headers, {"incarnation": node.incarnation}
-            )
+            beat = Heartbeat(incarnation=node.incarnation).model_dump(exclude_none=True)
+            answer = await self.call("heartbeat", "POST", path, node.headers, beat)
             if answer is not None and answer[0] == 409:  # declared lost, or registered again elsewhere
                 self.counts["reregistrations"] += 1
                 with contextlib.suppress(RuntimeError):
@@ -195,24 +209,26 @@ class Fleet:
                     self.recorder.error("poll", str(status))
                     await asyncio.sleep(1.0)
                     continue
-                orders = body.get("orders") or []
+                orders = Orders.model_validate(body).orders
                 if orders:
-                    node.after = max(node.after, int(orders[-1]["seq"]))
+                    node.after = max(node.after, orders[-1].seq)
                     self._handle(node, orders)
         finally:
             conn.close()
 
-    def _handle(self, node: Node, orders: list[dict[str, Any]]) -> None:
+    def _handle(self, node: Node, orders: list[StartOrder | StopOrder | TerminalOrder]) -> None:
         loop = asyncio.get_running_loop()
         for order in orders:
-            key = (str(order["job"]), int(order["attempt"]))
-            if order.get("kind") == "start":
+            key = (order.job, order.attempt)
+            if isinstance(order, TerminalOrder):  # no processes here: no shell to open
+                continue
+            if isinstance(order, StartOrder):
                 if key in node.jobs:
                     continue
                 self.counts["starts"] += 1
                 running = self.spawn(self._report(node, key, "running"))
                 node.jobs[key] = loop.call_later(self._run_time(order), self._exit, node, key, 0, running)
-            elif order.get("kind") == "stop" and key in node.jobs:
+            elif key in node.jobs:
                 timer = node.jobs[key]
                 if timer is None:  # already told to stop
                     continue
@@ -221,11 +237,11 @@ class Fleet:
                 self.counts["stops"] += 1
                 delay = 0.0
                 if self.options.honour_grace:
-                    delay = float(order.get("signal_in") or 0.0) + float(order.get("grace") or 0.0)
+                    delay = (order.signal_in or 0.0) + order.grace
                 loop.call_later(delay, self._exit, node, key, STOPPED_EXIT, None)
 
-    def _run_time(self, order: dict[str, Any]) -> float:
-        command = (order.get("spec") or {}).get("command") or []
+    def _run_time(self, order: StartOrder) -> float:
+        command = order.spec.get("command") or []
         if len(command) == 2 and command[0] == "sleep":
             with contextlib.suppress(ValueError):
                 return max(0.0, float(command[1]) / self.options.speed)
@@ -250,9 +266,14 @@ class Fleet:
             timer.cancel()
 
     async def _report(self, node: Node, key: tuple[str, int], status: str, code: int | None = None) -> None:
-        body = {"incarnation": node.incarnation, "job": key[0], "attempt": key[1], "status": status}
-        if status == "exited":
-            body["exit_code"] = code
+        report = Report(
+            incarnation=node.incarnation,
+            job=key[0],
+            attempt=key[1],
+            status=ReportStatus(status),
+            exit_code=code if status == "exited" else None,
+        )
+        body = report.body()
         for _ in range(10):
             answer = await self.call(
                 f"report.{status}", "POST", f"/v1/agents/{node.name}/reports", node.headers, body

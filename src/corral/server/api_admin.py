@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pwd
 import time
 from typing import Any
 
@@ -11,14 +12,16 @@ from pydantic import BaseModel, Field
 from sqlalchemy import Connection, and_, func, or_, select
 from starlette.responses import Response
 
-from corral.server.api_jobs import PUBLIC_EVENTS
-from corral.server.app import json_response
 from corral.server.auth import ROLES, Principal, create_token, revoke_token
+from corral.server.backup import backup
 from corral.server.caller import ctx_of, require_admin, who_of
 from corral.server.cluster import put_setting
 from corral.server.context import Context
 from corral.server.errors import MAX_CURSOR, ApiError
+from corral.server.job_views import PUBLIC_EVENTS
 from corral.server.jobs import queues_of
+from corral.server.liveness import set_maintenance
+from corral.server.responses import json_response
 from corral.store import schema
 
 router = APIRouter()
@@ -165,8 +168,6 @@ class TokenRequest(BaseModel):
 
 def is_root_user(name: str) -> bool:
     """True for root by name or number, and for any name that is uid 0 on this host."""
-    import pwd
-
     if name.strip() in ("root", "0"):
         return True
     try:
@@ -245,8 +246,6 @@ async def admin_verb(request: Request, verb: str, body: dict[str, Any] | None = 
     if verb == "maintenance":
         return json_response(await ctx.write(lambda conn: _maintenance(ctx, who, body or {}, conn)))
     if verb == "backup":
-        from corral.server.backup import backup
-
         path = (body or {}).get("path")
         if not isinstance(path, str) or not path:
             raise ApiError(
@@ -258,8 +257,6 @@ async def admin_verb(request: Request, verb: str, body: dict[str, Any] | None = 
 
 def _maintenance(ctx: Context, who: Principal, body: dict[str, Any], conn: Connection) -> dict[str, Any]:
     """Planned control-plane outage: leases last past its end, and no node is lost before then."""
-    from corral.server.liveness import set_maintenance
-
     seconds = body.get("seconds")
     if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not 0 <= seconds <= 86400:
         raise ApiError(

@@ -9,7 +9,7 @@ import copy
 import json
 from typing import Any
 
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
 from sqlalchemy import Connection, select
@@ -17,21 +17,22 @@ from starlette.responses import Response
 
 from corral.core.errors import ConfigError
 from corral.policies.registry import policy_arguments
-from corral.server.app import json_response
 from corral.server.auth import Principal
 from corral.server.caller import ctx_of, require_admin, who_of
 from corral.server.cluster import ClusterModel, apply_revision
 from corral.server.config_check import LiveConflict
 from corral.server.context import Context
 from corral.server.errors import MAX_INT, ApiError
+from corral.server.evidence import Decision, loads, vet
 from corral.server.jobs import queues_of
+from corral.server.responses import json_response
 from corral.store import schema
 
 router = APIRouter()
 LIVE_CONFLICT = "config_conflicts_with_live_jobs"
 
 
-class QueueChange(BaseModel):
+class QueueChange(Decision):
     weight: float | None = Field(None, gt=0, le=1e6)
     quota: int | None = Field(None, ge=0, le=MAX_INT)
     limit: int | None = Field(None, ge=0, le=MAX_INT)
@@ -46,10 +47,10 @@ class QueueChange(BaseModel):
 
 
 def _revise(
-    ctx: Context, who: Principal, body: dict[str, Any], comment: str, conn: Connection
+    ctx: Context, who: Principal, body: dict[str, Any], comment: str, conn: Connection, evidence: str = ""
 ) -> dict[str, Any]:
     try:
-        revision = apply_revision(conn, body, who.name, comment, ctx.clock())
+        revision = apply_revision(conn, body, who.name, comment, ctx.clock(), evidence)
     except LiveConflict as exc:
         raise ApiError(409, f"{exc.source}: {exc.detail}", fix=exc.fix, code=LIVE_CONFLICT) from None
     except ConfigError as exc:
@@ -69,16 +70,17 @@ async def set_queue(request: Request, name: str, change: QueueChange) -> Respons
     if entry is None:
         entry = {"name": name}
         queues.append(entry)
-    fields = change.model_dump(exclude_none=True, exclude={"comment"})
+    fields = change.model_dump(exclude_none=True, exclude={"comment", *Decision.model_fields})
     entry.update(fields)
     comment = change.comment or f"queue {name}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
-    request.state.audit_detail = comment
-    out = await ctx.write(lambda conn: _revise(ctx, who, body, comment, conn))
+    evidence, note = vet(request, change)
+    request.state.audit_detail = f"{comment}; {note}" if note else comment
+    out = await ctx.write(lambda conn: _revise(ctx, who, body, comment, conn, evidence))
     ctx.invalidate_model()
     return json_response(out)
 
 
-class PolicyChange(BaseModel):
+class PolicyChange(Decision):
     name: str = Field(description="a policy of `corral policies`: default, fifo, sjf, las")
     args: dict[str, dict[str, Any]] | None = Field(None, description="plugin arguments, by plugin")
     comment: str = ""
@@ -97,8 +99,9 @@ async def set_policy(request: Request, change: PolicyChange) -> Response:
     else:
         body.pop("policy_args", None)
     comment = change.comment or f"policy {change.name}"
-    request.state.audit_detail = comment
-    out = await ctx.write(lambda conn: _revise(ctx, who, body, comment, conn))
+    evidence, note = vet(request, change)
+    request.state.audit_detail = f"{comment}; {note}" if note else comment
+    out = await ctx.write(lambda conn: _revise(ctx, who, body, comment, conn, evidence))
     ctx.invalidate_model()
     return json_response(out)
 
@@ -132,7 +135,8 @@ def config_view(model: ClusterModel, who: Principal) -> dict[str, Any]:
     if who.is_admin:
         return dict(model.body)
     visible = set(queues_of(model, who))
-    body = {k: v for k, v in model.body.items() if k != "queues"}
+    # webhook sinks (URLs, where their secrets live) are for admins only
+    body = {k: v for k, v in model.body.items() if k not in ("queues", "notify")}
     body["queues"] = [q for q in model.body.get("queues", []) if q.get("name") in visible]
     return body
 
@@ -152,12 +156,19 @@ async def get_config(request: Request) -> Response:
 
 @router.put("/config", tags=["config"])
 async def put_config(
-    request: Request, config: dict[str, Any] = Body(...), comment: str = Query("")
+    request: Request,
+    config: dict[str, Any] = Body(...),
+    comment: str = Query(""),
+    force: bool = Query(False, description="apply without a what-if where the server requires one"),
+    reason: str = Query("", max_length=2000, description="why it is forced (kept with the revision)"),
 ) -> Response:
     """Replace the configuration with a new cluster file (validated first; nothing changes on error)."""
     ctx, who = ctx_of(request), who_of(request)
     require_admin(who, "change the configuration")
-    out = await ctx.write(lambda conn: _revise(ctx, who, config, comment or "configuration replaced", conn))
+    evidence, note = vet(request, Decision(force=force, reason=reason))
+    text = comment or "configuration replaced"
+    request.state.audit_detail = f"{text}; {note}" if note else text
+    out = await ctx.write(lambda conn: _revise(ctx, who, config, text, conn, evidence))
     ctx.invalidate_model()
     return json_response(out)
 
@@ -166,7 +177,7 @@ def _revisions(ctx: Context, who: Principal) -> list[dict[str, Any]]:
     c = schema.config_revisions
     with ctx.engines.reader.connect() as conn:
         rows = conn.execute(
-            select(c.c.id, c.c.created_at, c.c.author, c.c.comment, c.c.body).order_by(c.c.id)
+            select(c.c.id, c.c.created_at, c.c.author, c.c.comment, c.c.body, c.c.evidence).order_by(c.c.id)
         ).all()
     if not who.is_admin:  # who changed what (queue names, teams, values) is for admins
         return [{"revision": r.id, "created_at": r.created_at} for r in rows]
@@ -187,6 +198,7 @@ def _revisions(ctx: Context, who: Principal) -> list[dict[str, Any]]:
                 "comment": r.comment,
                 "policy": policy,
                 "policy_args": body.get("policy_args") or {},
+                "evidence": loads(r.evidence),
             }
         )
     return out
@@ -202,6 +214,35 @@ async def revisions(request: Request) -> Response:
     return json_response(
         {"active": model.revision, "revisions": await run_in_threadpool(_revisions, ctx_of(request), who)}
     )
+
+
+def _one_revision(ctx: Context, number: int) -> dict[str, Any]:
+    c = schema.config_revisions
+    with ctx.engines.reader.connect() as conn:
+        r = conn.execute(select(c).where(c.c.id == number)).first()
+    if r is None:
+        raise ApiError(404, f"no configuration revision {number}", fix="see `corral queues history`")
+    try:
+        body = json.loads(r.body)
+    except ValueError:
+        body = {}
+    return {
+        "revision": r.id,
+        "created_at": r.created_at,
+        "author": r.author,
+        "comment": r.comment,
+        "config": body,
+        "evidence": loads(r.evidence),
+    }
+
+
+@router.get("/config/revisions/{number}", tags=["config"])
+async def one_revision(request: Request, number: int = Path(ge=0, le=MAX_INT)) -> Response:
+    """One revision (admins): the configuration it holds, who made it, why, and its evidence
+    (the what-if it was decided on, or the reason it was forced)."""
+    ctx, who = ctx_of(request), who_of(request)
+    require_admin(who, "read a configuration revision")
+    return json_response(await run_in_threadpool(_one_revision, ctx, number))
 
 
 class Rollback(BaseModel):

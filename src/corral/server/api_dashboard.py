@@ -14,12 +14,13 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select
 from starlette.responses import Response
 
-from corral.server.app import json_response
 from corral.server.auth import Principal
 from corral.server.caller import ctx_of, who_of
 from corral.server.context import Context
+from corral.server.dashboard import LINK_SECONDS, bearer_of, links_of
 from corral.server.errors import ApiError
 from corral.server.jobs import queues_of
+from corral.server.responses import json_response
 from corral.server.series import choose_window, series
 from corral.store import schema
 
@@ -105,6 +106,9 @@ async def usage_series(
 
 
 # ---- simulation reports ----------------------------------------------------------------------
+WHATIF_MARK = "whatif.json"  # written beside a what-if report's index.html (sim/whatif_run.py)
+
+
 def reports_dir(request: Request) -> Path | None:
     found: Path | None = getattr(request.app.state, "reports_dir", None)
     return found
@@ -133,7 +137,8 @@ def _reports(folder: Path | None) -> list[dict[str, Any]]:
         name = entry.name[: -len(".html")] if entry.suffix == ".html" and entry.is_file() else entry.name
         path = _report_path(folder, name)
         if path is not None and not any(r["name"] == name for r in out):
-            out.append({"name": name, "title": _title(path), "modified": path.stat().st_mtime})
+            kind = "what-if" if (path.parent / WHATIF_MARK).is_file() else "simulation"
+            out.append({"name": name, "title": _title(path), "modified": path.stat().st_mtime, "kind": kind})
     return out
 
 
@@ -170,8 +175,6 @@ async def get_report(request: Request, name: str) -> Response:
 async def make_login_link(request: Request) -> Response:
     """A one-time code that signs the dashboard in as you: open `/login#code=CODE` within the hour.
     The code is kept in this API process's memory only, and works once."""
-    from corral.server.dashboard import LINK_SECONDS, bearer_of, links_of
-
     who = who_of(request)
     _no_agents(who, "the dashboard")
     code = links_of(request.app).create(bearer_of(request.headers.get("authorization", "")), time.monotonic())

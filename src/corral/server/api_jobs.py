@@ -3,45 +3,30 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy import Connection, select, update
+from sqlalchemy import select
 from starlette.responses import Response
 
-from corral.server import metrics
-from corral.server.app import json_response
+from corral.server import arrays, metrics
 from corral.server.auth import Principal
 from corral.server.caller import ctx_of, who_of
 from corral.server.context import Context
 from corral.server.errors import MAX_CURSOR, ApiError
-from corral.server.jobs import ACTIVE_STATES, LIVE_STATES, job_json, new_job_json, prepare
+from corral.server.job_changes import change_job_state
+from corral.server.job_views import PUBLIC_EVENTS
+from corral.server.job_views import no_agents as _no_agents
+from corral.server.job_views import placements as _placements
+from corral.server.job_views import visible_job as _get
+from corral.server.jobs import ACTIVE_STATES, job_json, new_job_json, prepare
+from corral.server.responses import json_response
 from corral.store import schema
-from corral.store.engine import dumps
 
 router = APIRouter(tags=["jobs"])
 
 STATES = ("pending", "starting", "running", "stopping", "finished", "failed", "cancelled", "rejected")
-PUBLIC_EVENTS = (
-    "cluster",
-    "submit",
-    "start",
-    "preempting",
-    "preempt",
-    "lost",
-    "restart",
-    "finish",
-    "fail",
-    "cancel",
-    "reject",
-)
-
-
-def _no_agents(who: Principal) -> None:
-    if who.role == "agent":
-        raise ApiError(403, "agent tokens may not use the jobs API", fix="use a member or admin token")
 
 
 @router.post("/jobs", status_code=201)
@@ -55,6 +40,15 @@ async def submit(
 async def submit_job(ctx: Context, who: Principal, spec: object) -> dict[str, Any]:
     """Check a submission, write it in the next group commit, and answer the job object."""
     _no_agents(who)
+    if arrays.is_special(spec):  # an array or a dependency: server/arrays.py
+        assert isinstance(spec, dict)
+        try:
+            out = await arrays.submit(ctx, who, spec)
+        except ApiError as exc:
+            metrics.SUBMISSIONS.labels(str(exc.status)).inc()
+            raise
+        metrics.SUBMISSIONS.labels("201").inc()
+        return out
     model, static = ctx.model()
     try:
         prepared = prepare(model, static, spec, who, ctx.clock())
@@ -71,19 +65,6 @@ def _visible(who: Principal) -> Any:
     return None if who.is_admin else (j.c.team == who.team)
 
 
-def _placements(conn: Connection, rows: Sequence[Any]) -> dict[tuple[str, int], list[dict[str, Any]]]:
-    a = schema.attempts
-    keys = [(r.id, r.attempt) for r in rows if r.state in LIVE_STATES]
-    if not keys:
-        return {}
-    found = conn.execute(
-        select(a.c.job_id, a.c.attempt, a.c.placement).where(
-            a.c.job_id.in_([k[0] for k in keys]), a.c.state != "ended"
-        )
-    ).all()
-    return {(r.job_id, r.attempt): json.loads(r.placement) for r in found}
-
-
 def _list(
     ctx: Context,
     who: Principal,
@@ -93,6 +74,7 @@ def _list(
     limit: int,
     after: int,
     before: int = 0,
+    array: str | None = None,
 ) -> list[dict[str, Any]]:
     j = schema.jobs
     if before:  # newest first, below `before` (the dashboard's pages)
@@ -108,6 +90,8 @@ def _list(
         q = q.where(j.c.queue == queue)
     if user:
         q = q.where(j.c.user == user)
+    if array:
+        q = q.where(j.c.array_id == array)
     with ctx.engines.reader.connect() as conn:
         rows = conn.execute(q).all()
         places = _placements(conn, rows)
@@ -125,6 +109,7 @@ async def list_jobs(
     before: int = Query(
         0, ge=0, le=MAX_CURSOR, description="newest first, only jobs with a smaller seq (0: oldest first)"
     ),
+    array: str | None = Query(None, description="only the tasks of this job array"),
 ) -> Response:
     """Jobs you may see (your team's; admins: all), oldest first (newest first with `before`)."""
     who = who_of(request)
@@ -137,18 +122,10 @@ async def list_jobs(
             raise ApiError(422, f"unknown state {s!r}", fix=f"use one of: {', '.join(STATES)}, active")
         else:
             wanted.append(s)
-    rows = await run_in_threadpool(_list, ctx_of(request), who, wanted, queue, user, limit, after, before)
+    rows = await run_in_threadpool(
+        _list, ctx_of(request), who, wanted, queue, user, limit, after, before, array
+    )
     return json_response({"jobs": rows})
-
-
-def _get(ctx: Context, who: Principal, job_id: str) -> tuple[Any, list[dict[str, Any]]]:
-    j = schema.jobs
-    with ctx.engines.reader.connect() as conn:
-        row = conn.execute(select(j).where(j.c.id == job_id)).first()
-        if row is None or not (who.is_admin or row.team == who.team):
-            raise ApiError(404, f"no job {job_id} that you may see", fix="list yours with `corral jobs`")
-        places = _placements(conn, [row])
-    return row, places.get((row.id, row.attempt), [])
 
 
 @router.get("/jobs/{job_id}")
@@ -156,8 +133,19 @@ async def get_job(request: Request, job_id: str) -> Response:
     """One job: state, placement, and the reason it is pending."""
     who = who_of(request)
     _no_agents(who)
+    found = await run_in_threadpool(_array_of, ctx_of(request), who, job_id)
+    if found is not None:  # a job array as one object: spec, cap, tasks per state
+        return json_response(found)
     row, placement = await run_in_threadpool(_get, ctx_of(request), who, job_id)
     return json_response(job_json(row, placement))
+
+
+def _array_of(ctx: Context, who: Principal, job_id: str) -> dict[str, Any] | None:
+    if "_" in job_id:  # a task: an ordinary job
+        return None
+    with ctx.engines.reader.connect() as conn:
+        row = arrays.array_row(conn, job_id, who)
+        return None if row is None else arrays.array_json(conn, row)
 
 
 def _history(ctx: Context, who: Principal, job_id: str) -> dict[str, Any]:
@@ -191,94 +179,6 @@ async def job_events(request: Request, job_id: str) -> Response:
 
 
 # ---- state changes by users and operators ---------------------------------------------------
-def _change(ctx: Context, who: Principal, job_id: str, action: str, conn: Connection) -> dict[str, Any]:
-    """cancel, hold, release or requeue one job, guarded by its state; returns the job object."""
-    j, a = schema.jobs, schema.attempts
-    row = conn.execute(select(j).where(j.c.id == job_id)).first()
-    if row is None or not (who.is_admin or row.team == who.team):
-        raise ApiError(404, f"no job {job_id} that you may see", fix="list yours with `corral jobs`")
-    now = ctx.clock()
-    state = row.state
-    guard = (j.c.id == job_id, j.c.version == row.version)
-    if action in ("hold", "release"):
-        if state != "pending":
-            raise ApiError(
-                409,
-                f"job {job_id} is {state}; only a pending job can be {action}ed",
-                fix="`corral requeue` a running job first" if action == "hold" else "",
-            )
-        changed = conn.execute(
-            update(j).where(*guard).values(held=action == "hold", version=j.c.version + 1)
-        ).rowcount
-        if changed != 1:
-            raise ApiError(409, f"job {job_id} changed meanwhile", fix="try again")
-        ctx.journal(conn, [{"event": f"x.{action}", "job": job_id, "by": who.name}])
-    elif action == "cancel" and state == "pending":
-        changed = conn.execute(
-            update(j)
-            .where(*guard)
-            .values(
-                state="cancelled",
-                end_time=now,
-                version=j.c.version + 1,
-                reason=f"cancelled by {who.name}",
-                reason_code="cancel",
-                reason_at=None,
-            )
-        ).rowcount
-        if changed != 1:
-            raise ApiError(409, f"job {job_id} changed meanwhile", fix="try again")
-        ctx.journal(
-            conn, [{"event": "cancel", "t": now, "job": job_id, "reason": f"cancelled by {who.name}"}]
-        )
-    elif state in ("starting", "running"):
-        if action == "requeue" and not who.is_admin and row.team != who.team:
-            raise ApiError(403, "only the job's team or an admin may requeue it")
-        grace = json.loads(row.request)["checkpoint"]["grace"]
-        deadline = now + grace
-        kind = "cancel" if action == "cancel" else "requeue"
-        changed = conn.execute(
-            update(a)
-            .where(a.c.job_id == job_id, a.c.attempt == row.attempt, a.c.state.in_(("starting", "running")))
-            .values(state="stopping", stop_kind=kind, stop_by=who.name, deadline=deadline)
-        ).rowcount
-        if changed != 1:
-            raise ApiError(409, f"job {job_id} changed meanwhile", fix="try again")
-        conn.execute(update(j).where(*guard).values(state="stopping", version=j.c.version + 1))
-        placement = conn.execute(
-            select(a.c.placement).where(a.c.job_id == job_id, a.c.attempt == row.attempt)
-        ).scalar_one()
-        for node in sorted({p["node"] for p in json.loads(placement)}):
-            conn.execute(
-                schema.outbox.insert().values(
-                    node=node,
-                    body=dumps(
-                        {"kind": "stop", "job": job_id, "attempt": row.attempt, "grace": grace, "why": kind}
-                    ),
-                )
-            )
-        ctx.journal(
-            conn,
-            [{"event": "x.stop", "job": job_id, "attempt": row.attempt, "deadline": deadline, "kind": kind}],
-        )
-    elif action == "requeue" and state == "pending":
-        pass  # already waiting: nothing to do
-    elif state == "stopping" and action == "cancel":
-        changed = conn.execute(
-            update(a)
-            .where(a.c.job_id == job_id, a.c.attempt == row.attempt, a.c.state == "stopping")
-            .values(stop_kind="cancel", stop_by=who.name)
-        ).rowcount
-        if changed != 1:
-            raise ApiError(409, f"job {job_id} changed meanwhile", fix="try again")
-    elif state == "stopping":
-        raise ApiError(409, f"job {job_id} is already stopping", fix="wait for it to stop (`corral show`)")
-    else:
-        raise ApiError(409, f"job {job_id} is {state}: nothing to {action}")
-    new = conn.execute(select(j).where(j.c.id == job_id)).one()
-    return job_json(new)
-
-
 @router.post("/jobs/{job_id}/{action}")
 async def change_job(request: Request, job_id: str, action: str) -> Response:
     """`cancel` (a running job is told to checkpoint and stop), `hold`, `release`, `requeue`."""
@@ -286,4 +186,7 @@ async def change_job(request: Request, job_id: str, action: str) -> Response:
         raise ApiError(404, f"no action {action!r} on jobs", fix="use cancel, hold, release or requeue")
     ctx, who = ctx_of(request), who_of(request)
     _no_agents(who)
-    return json_response(await ctx.write(lambda conn: _change(ctx, who, job_id, action, conn)))
+    if await run_in_threadpool(_array_of, ctx, who, job_id) is not None:  # the whole array
+        whole = await ctx.write(lambda conn: arrays.change_array(ctx, who, job_id, action, conn))
+        return json_response(whole)
+    return json_response(await ctx.write(lambda conn: change_job_state(ctx, who, job_id, action, conn)))

@@ -20,10 +20,10 @@ from sqlalchemy import select
 from starlette.responses import Response
 
 from corral.client.signing import HEADER, signature
-from corral.server.api_jobs import _get, _no_agents
 from corral.server.caller import ctx_of, who_of
 from corral.server.context import Context
 from corral.server.errors import MAX_INT, ApiError
+from corral.server.job_views import no_agents, visible_job
 from corral.store import schema
 
 router = APIRouter(tags=["jobs"])
@@ -77,8 +77,8 @@ async def job_logs(
     """Up to `limit` bytes of the rank's log from `offset`, as text; headers `X-Corral-Size` (the
     log's size now), `X-Corral-Attempt` and `X-Corral-Node`."""
     ctx, who = ctx_of(request), who_of(request)
-    _no_agents(who)
-    await run_in_threadpool(_get, ctx, who, job_id)  # 404 unless the caller may see the job
+    no_agents(who)
+    await run_in_threadpool(visible_job, ctx, who, job_id)  # 404 unless the caller may see the job
     number, node, url, key = await run_in_threadpool(_where, ctx, job_id, attempt, rank)
     target = f"/logs/{job_id}/{number}/{rank}?" + urlencode({"offset": offset, "limit": limit})
     when = int(time.time())

@@ -16,7 +16,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from corral.server.api_nodes import gpu_owners
+from corral.server.allocations import gpu_owners
 from corral.server.context import Context
 from corral.store import schema
 
@@ -71,7 +71,7 @@ class ClusterCollector(Collector):
             "corral_node_heartbeat_age_seconds", "Seconds since each node's last heartbeat", labels=["node"]
         )
         now = time.monotonic()
-        for name, seen in list(self.ctx.heartbeats.items()):
+        for name, seen in list(self.ctx.node_status.heartbeats.items()):
             age.add_metric([name], now - seen)
         yield from (pending, running, gpus, age)
         yield from _config_gauges(config)
@@ -95,7 +95,11 @@ class ClusterCollector(Collector):
             labels=["job", "queue"],
         )
         per_job: dict[tuple[str, str], list[float]] = {}
-        samples = {(node, s["index"]): s for node, rows in list(self.ctx.gpu_samples.items()) for s in rows}
+        samples = {
+            (node, s["index"]): s
+            for node, rows in list(self.ctx.node_status.gpu_samples.items())
+            for s in rows
+        }
         for (node, gpu), owner in owners.items():
             uuid = str(samples.get((node, gpu), {}).get("uuid", ""))
             held.add_metric([node, str(gpu), uuid, owner.job_id, owner.queue], 1)
@@ -137,4 +141,7 @@ def render(ctx: Context) -> tuple[bytes, str]:
         body = generate_latest(REGISTRY)
     cluster = CollectorRegistry()
     cluster.register(ClusterCollector(ctx))
+    from corral.server.notify import NotifyCollector
+
+    cluster.register(NotifyCollector(ctx.engines.reader))
     return body + generate_latest(cluster), CONTENT_TYPE_LATEST

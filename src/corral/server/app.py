@@ -18,49 +18,44 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from corral.server import (
+    api_acct,
+    api_admin,
+    api_agents,
+    api_config,
+    api_dashboard,
+    api_jobs,
+    api_logs,
+    api_nodes,
+    api_terminal,
+    dashboard,
+    history,
+)
+from corral.server.api_jobs import submit_job
+from corral.server.api_metrics import render
 from corral.server.auth import Principal
+from corral.server.bearer import authenticate
 from corral.server.context import Context
 from corral.server.dashboard import is_public
 from corral.server.errors import ApiError
-from corral.server.throttle import retry_after
+from corral.server.liveness import Liveness
+from corral.server.notify import Notifications
+from corral.server.responses import (
+    client_address,
+    invalid_request,
+    json_response,
+    out_of_range,
+    throttled,
+    too_deep,
+    too_large,
+)
 
 MAX_BODY = 1 << 20  # 1 MiB
 UNAUDITED = ("/heartbeat",)
 AGENT_TRAFFIC = ("/reports",)  # an agent's reports: audited only when refused (a 4xx says something)
-
-
-def json_response(content: Any, status: int = 200) -> Response:
-    return Response(
-        json.dumps(content, separators=(",", ":")), status_code=status, media_type="application/json"
-    )
-
-
-async def authenticate(ctx: Context, scope: Scope) -> Principal:
-    """The caller, from `Authorization: Bearer <token>`; 401 when absent, unknown or revoked."""
-    header = ""
-    for name, value in scope.get("headers", ()):
-        if name == b"authorization":
-            header = value.decode("latin-1")
-            break
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(
-            401,
-            "no token: send the header `Authorization: Bearer <token>`",
-            fix="set CORRAL_TOKEN (or run `corral up`, which writes one to your config); "
-            "admins make tokens with `corral token create`",
-        )
-    token = token.strip()
-    cached = ctx.tokens.cached(token)
-    found = cached if not isinstance(cached, bool) else await run_in_threadpool(ctx.tokens.lookup, token)
-    if found is None:
-        raise ApiError(
-            401, "the token is unknown or revoked", fix="ask an admin for a new one (`corral token create`)"
-        )
-    return found
 
 
 class BodyLimit:
@@ -76,7 +71,7 @@ class BodyLimit:
             return
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                await _too_large(self.limit)(scope, receive, send)
+                await too_large(self.limit)(scope, receive, send)
                 return
         seen, over, answered = 0, False, False
 
@@ -103,58 +98,20 @@ class BodyLimit:
             if not over:
                 raise
         if over and not answered:
-            await _too_large(self.limit)(scope, receive, send)
-
-
-def client_address(scope: Scope) -> str:
-    client = scope.get("client")
-    return str(client[0]) if client else ""
-
-
-def throttled(wait: float) -> Response:
-    """429 for an address whose failed authentications are over the limit (`server/throttle.py`)."""
-    body = {
-        "error": "too many failed authentications from this address",
-        "fix": f"wait {retry_after(wait)} s and send a valid token (a valid token is never refused)",
-    }
-    return Response(
-        json.dumps(body),
-        status_code=429,
-        media_type="application/json",
-        headers={"Retry-After": retry_after(wait)},
-    )
-
-
-def too_deep() -> ApiError:
-    return ApiError(422, "invalid request: the JSON is nested too deeply", fix="send a flatter document")
-
-
-def out_of_range(exc: RecursionError | OverflowError) -> ApiError:
-    """A body the checks let through but Python could not handle: a number too large, or nesting
-    too deep. Answered 422, never 500."""
-    if isinstance(exc, RecursionError):
-        return too_deep()
-    return ApiError(422, f"invalid request: a number is out of range ({exc})", fix="send smaller numbers")
-
-
-def _too_large(limit: int) -> JSONResponse:
-    return JSONResponse(
-        {"error": f"request body over {limit} bytes", "fix": "send a smaller body"}, status_code=413
-    )
+            await too_large(self.limit)(scope, receive, send)
 
 
 def create_app(ctx: Context) -> FastAPI:
-    from corral.server import api_admin, api_config, api_dashboard, api_jobs, api_logs, api_nodes, dashboard
-
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
-        from corral.server.liveness import Liveness
-
         ctx.notifier.bind(asyncio.get_running_loop())
         ctx.start()
         liveness = Liveness(ctx)  # declares silent nodes lost
         liveness.start()
+        notifications = Notifications(ctx)  # webhook deliveries (server/notify.py)
+        notifications.start()
         yield
+        notifications.close()
         liveness.close()
         ctx.close()
 
@@ -176,10 +133,8 @@ def create_app(ctx: Context) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> Response:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        return json_response(
-            {"error": f"invalid request: {problems}", "fix": "see /openapi.json for the request shape"}, 422
-        )
+        error = invalid_request(exc.errors())
+        return json_response(error.body(), error.status)
 
     @app.exception_handler(RecursionError)
     @app.exception_handler(OverflowError)
@@ -194,8 +149,6 @@ def create_app(ctx: Context) -> FastAPI:
 
     @app.get("/metrics", tags=["health"])
     async def metrics_route() -> Response:
-        from corral.server.api_metrics import render
-
         body, content_type = await run_in_threadpool(render, ctx)
         return Response(body, media_type=content_type)
 
@@ -205,7 +158,18 @@ def create_app(ctx: Context) -> FastAPI:
     async def openapi_route() -> Response:
         return json_response(app.openapi())
 
-    for module in (api_jobs, api_logs, api_nodes, api_admin, api_config, api_dashboard):
+    for module in (
+        api_jobs,
+        api_logs,
+        api_nodes,
+        api_agents,
+        api_admin,
+        api_config,
+        api_dashboard,
+        api_acct,
+        api_terminal,
+        history,
+    ):
         app.include_router(module.router, prefix="/v1")
     dashboard.install(app)
     app.add_middleware(Gate, ctx=ctx)
@@ -238,6 +202,11 @@ class Gate:
         self.ctx = ctx
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # the terminal channel (`server/api_terminal.py`)
+            from corral.server.api_terminal import gate
+
+            await gate(self.ctx, scope, receive, send, self.inner)
+            return
         if scope["type"] != "http":
             await self.inner(scope, receive, send)
             return
@@ -277,8 +246,6 @@ class Gate:
     async def _submit(self, scope: Scope, receive: Receive, send: Send, who: Principal) -> int:
         """`POST /v1/jobs`, the hot route, without FastAPI's generic request handling (about half
         of the API's CPU per submission): the same checks and writes as the declared route."""
-        from corral.server.api_jobs import submit_job
-
         try:
             body = await _read_body(receive, MAX_BODY)
             try:

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, insert, select, update
 
 from corral.config.cluster_file import ClusterConfig, parse_cluster_config
+from corral.config.notify_config import check_secrets
 from corral.core.eventshape import cluster_line
 from corral.core.model import NodeName, NodeSpec, NodeState
 from corral.core.state import ClusterState
@@ -142,21 +143,28 @@ def load_cluster(conn: Connection, revision: int | None = None) -> ClusterModel:
 
 
 def apply_revision(
-    conn: Connection, body: dict[str, Any], author: str, comment: str, now: float | None = None
+    conn: Connection,
+    body: dict[str, Any],
+    author: str,
+    comment: str,
+    now: float | None = None,
+    evidence: str = "",
 ) -> int:
     """Validate `body` as a cluster file, store it as a new active revision, declare its nodes.
 
     `now` (default: the wall clock) is the time of the revision and of its `cluster` event.
+    `evidence` (JSON, server/evidence.py) is kept with the revision.
     Raises ConfigError (nothing written) when the document is invalid.
     """
     config = parse_cluster_config(body, "cluster configuration")
+    check_secrets(config.notify, "cluster configuration")  # webhook secrets this process can read
     if "policy" in body or "policy_args" in body:  # a policy kept with the configuration: check it now
         load_policy(str(body.get("policy", "default")), body.get("policy_args"))
     check_live(conn, config)  # a queue or class that live jobs use cannot disappear
     now = time.time() if now is None else now
     revision = conn.execute(
         insert(schema.config_revisions).values(
-            created_at=now, author=author, comment=comment, body=dumps(body)
+            created_at=now, author=author, comment=comment, body=dumps(body), evidence=evidence
         )
     ).inserted_primary_key
     assert revision is not None

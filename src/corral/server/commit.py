@@ -24,7 +24,9 @@ from sqlalchemy import Connection, bindparam, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from corral.core.decisions import Preempt, Start
-from corral.core.eventshape import placement_json
+from corral.core.eventshape import ending_line, placement_json, preempting_line, reject_line, start_line
+from corral.protocol import StopWhy, start_order, stop_order
+from corral.server.attempts import Stop, stop_attempt
 from corral.server.endings import Ending
 from corral.server.reasons import ReasonChange
 from corral.store import schema
@@ -84,9 +86,6 @@ class Batch:
     def events(self, entries: Sequence[dict[str, Any]]) -> None:
         stored = append_events(self.conn, entries, self.is_sqlite)
         self.own_seqs.extend(e["seq"] for e in stored)
-
-    def outbox(self, node: str, body: dict[str, Any]) -> None:
-        self.outboxes([(node, body)])
 
     def outboxes(self, orders: Sequence[tuple[str, dict[str, Any]]]) -> None:
         if orders:
@@ -163,25 +162,22 @@ class Batch:
                 for r in s.placement
                 for g in r.gpus
             ]
-            events.append(
-                {"event": "start", "t": now, "job": s.job, "attempt": s.attempt, "placement": placement}
-            )
+            events.append(start_line(now, s.job, s.attempt, placement))
             nodes = sorted({r.node for r in s.placement})
-            order = {
-                "kind": "start",
-                "job": s.job,
-                "attempt": s.attempt,
-                "placement": placement,
-                "run_as": item.run_as,
-                "spec": item.request,
-                "addresses": {name: up[name].address for name in nodes},
-                "networks": {
+            order = start_order(
+                s.job,
+                s.attempt,
+                placement,
+                item.run_as,
+                item.request,
+                addresses={name: up[name].address for name in nodes},
+                networks={
                     name: json.loads(up[name].network) for name in nodes if up[name].network not in ("", "{}")
                 },
-                "master_port": master_port,
+                master_port=master_port,
                 # per attempt, on the agent's monotonic clock (DESIGN.md 6.5): seconds, not a deadline
-                "time_limit_s": item.time_limit,
-            }
+                time_limit_s=item.time_limit,
+            )
             orders += [(node, order) for node in nodes]
         conn.execute(insert(schema.attempts), attempts)
         if gpus:  # a job of 0 GPUs holds none (an empty executemany would insert one empty row)
@@ -212,47 +208,14 @@ class Batch:
         """Tell every victim of one preemptor to checkpoint and stop; all or none."""
         for p, nodes in victims:
             self._stop(p.job, p.attempt, "preempt", p.by, p.deadline, nodes)
-        self.events(
-            [
-                {
-                    "event": "preempting",
-                    "t": self.now,
-                    "job": p.job,
-                    "attempt": p.attempt,
-                    "by": p.by,
-                    "deadline": p.deadline,
-                }
-                for p, _ in victims
-            ]
-        )
+        self.events([preempting_line(self.now, p.job, p.attempt, p.by, p.deadline) for p, _ in victims])
 
     def _stop(
         self, job: str, attempt: int, kind: str, by: str | None, deadline: float, nodes: list[str]
     ) -> None:
-        a, j = schema.attempts, schema.jobs
-        changed = self.conn.execute(
-            update(a)
-            .where(a.c.job_id == job, a.c.attempt == attempt, a.c.state.in_(("starting", "running")))
-            .values(state="stopping", stop_kind=kind, stop_by=by, deadline=deadline)
-        ).rowcount
-        if changed != 1:
+        stop = Stop(job, attempt, kind, by, deadline, max(0.0, deadline - self.now), StopWhy.PREEMPT)
+        if not stop_attempt(self.conn, stop, nodes):
             raise GuardFailed(f"stop {job}: attempt {attempt} is no longer live")
-        self.conn.execute(
-            update(j)
-            .where(j.c.id == job, j.c.attempt == attempt)
-            .values(state="stopping", version=j.c.version + 1)
-        )
-        for node in nodes:
-            self.outbox(
-                node,
-                {
-                    "kind": "stop",
-                    "job": job,
-                    "attempt": attempt,
-                    "grace": max(0.0, deadline - self.now),
-                    "why": "preempt",
-                },
-            )
 
     def reject(self, job: str, reason: str) -> None:
         j = schema.jobs
@@ -270,7 +233,7 @@ class Batch:
         ).rowcount
         if changed != 1:
             raise GuardFailed(f"reject {job}: no longer pending")
-        self.events([{"event": "reject", "t": self.now, "job": job, "reason": reason}])
+        self.events([reject_line(self.now, job, reason)])
 
     def reasons(self, changes: Sequence[ReasonChange]) -> None:
         """Persist changed reasons of pending jobs; a new code also goes to the reason history."""
@@ -340,13 +303,8 @@ class Batch:
                 # one node's workers exited and the gang is over: the other nodes' workers may still
                 # run on GPUs released here, so every node is told to kill what is left (before any
                 # new start)
-                stop = {
-                    "kind": "stop",
-                    "job": i.job,
-                    "attempt": i.attempt,
-                    "grace": 0.0,
-                    "why": "peer_failed",  # `corral.job.stop_reason()` on the other nodes
-                }
+                # why: `corral.job.stop_reason()` on the other nodes
+                stop = stop_order(i.job, i.attempt, 0.0, StopWhy.PEER_FAILED)
                 orders += [(node, stop) for node in nodes]
         self.outboxes(orders)
         conn.execute(
@@ -419,16 +377,7 @@ class EndItem(NamedTuple):
 
 def _ending_event(i: EndItem, now: float) -> dict[str, Any]:
     o = i.outcome
-    event: dict[str, Any] = {"event": o.event, "t": now, "job": i.job, "attempt": i.attempt}
-    if o.reason:
-        event["reason"] = o.reason
-    if o.exit_code is not None:
-        event["exit_code"] = o.exit_code
-    if o.rank is not None:
-        event["rank"] = o.rank
-    if o.log_tail:
-        event["log_tail"] = o.log_tail
-    return event
+    return ending_line(o.event, now, i.job, i.attempt, o.reason, o.exit_code, o.rank, o.log_tail)
 
 
 def _chunks(values: Sequence[T]) -> list[Sequence[T]]:

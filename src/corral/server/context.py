@@ -21,6 +21,7 @@ from corral.server.cluster import ClusterModel, get_setting
 from corral.server.doorbell import Bell, Doorbell
 from corral.server.in_force import load_view
 from corral.server.jobs import insert_jobs
+from corral.server.node_status import NodeStatus
 from corral.server.throttle import FailedAuthThrottle
 from corral.store import schema
 from corral.store.engine import Engines, append_events
@@ -181,18 +182,11 @@ class Context:
         is_sqlite = engines.is_sqlite
         self.insert_jobs: Many = lambda conn, batch: insert_jobs(conn, batch, is_sqlite)
         self.insert_audit: Many = _insert_audit
-        self.heartbeats: dict[str, float] = {}  # node -> monotonic time of its last heartbeat
-        self.incarnations: dict[str, int] = {}
-        # node -> its GPUs' last utilisation and memory samples (NVML nodes only), from heartbeats
-        self.gpu_samples: dict[str, list[dict[str, Any]]] = {}
         self.started = time.monotonic()
+        self.node_status = NodeStatus(self.started)  # per-node liveness of this process
         self.lost_after = lost_after  # seconds of silence before a node is lost (0: never)
         self.policy = policy  # the server's --policy: in effect while no revision names one
-        self.lost: set[str] = set()  # nodes declared lost whose agents have not registered again
         self.maintenance = 0.0  # Unix time planned maintenance ends (0: none)
-        self.gpu_health: dict[str, dict[str, str]] = {}  # node -> unhealthy GPUs as last written
-        self.unclean: set[str] = set()  # nodes drained because processes survived a kill
-        self.silent: set[str] = set()  # registered nodes marked not responding (no new work)
         self._model_lock = threading.Lock()
         self._model: tuple[ClusterModel, ClusterState] | None = None
         self._config_mark: tuple[str | None, ...] = ()

@@ -22,6 +22,8 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import FileResponse, Response
 from starlette.staticfiles import StaticFiles
 
+from corral.server.responses import client_address, throttled
+
 STATIC = Path(__file__).parent / "static"
 SHELL_PATHS = ("/", "/login")
 LINK_SECONDS = 3600.0
@@ -105,8 +107,6 @@ def _error(status: int, error: str, fix: str) -> Response:
 
 def install(app: FastAPI, reports_dir: Path | None = None) -> None:
     """Add the shell, the assets and `POST /login` to `app`."""
-    from corral.server.app import client_address, throttled
-
     app.state.login_links = LoginLinks()
     app.state.reports_dir = reports_dir
 

@@ -19,6 +19,7 @@ from sqlalchemy import Connection
 
 from corral.config.job_spec import JobRequest, parse_job_spec, to_job_spec
 from corral.core.errors import ConfigError
+from corral.core.eventshape import submit_line
 from corral.core.model import JobId, JobSpec, Launch, QueueName, Topology
 from corral.core.rejections import explain as explain_never_fits
 from corral.core.request import request_for
@@ -164,21 +165,7 @@ def _job_row(seq: int, job_id: str, spec: JobSpec, prepared: Prepared) -> dict[s
 
 
 def submit_event(spec: JobSpec) -> dict[str, Any]:
-    return {
-        "event": "submit",
-        "t": spec.submit_time,
-        "job": spec.id,
-        "queue": spec.queue,
-        "replicas": spec.replicas,
-        "gpus_per_replica": spec.gpus_per_replica,
-        "priority": spec.priority,
-        "priority_class": spec.priority_class,
-        "gpu_model": list(spec.gpu_model),
-        "topology": {"pack": spec.topology.pack, "required": spec.topology.required},
-        "time_limit": spec.time_limit,
-        "preemptible": spec.preemptible,
-        "user": spec.user,
-    }
+    return submit_line(spec, spec.submit_time)
 
 
 def job_json(row: Any, placement: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -215,6 +202,9 @@ def job_json(row: Any, placement: list[dict[str, Any]] | None = None) -> dict[st
         "exit_code": row.exit_code,
         "command": request["command"],
         "max_restarts": request["max_restarts"],
+        "array_id": row.array_id,  # a task of a job array (server/arrays.py), else null
+        "array_task": row.array_task,
+        "dependency": json.loads(row.dependency)["text"] if row.dependency else "",
     }
 
 
@@ -231,4 +221,5 @@ def new_job_json(job_id: str, prepared: Prepared) -> dict[str, Any]:
         "topology": {"pack": spec.topology.pack, "required": spec.topology.required}, "restarts": 0,
         "submit_time": spec.submit_time, "start_time": None, "end_time": None, "exit_code": None,
         "command": request["command"], "max_restarts": request["max_restarts"],
+        "array_id": None, "array_task": None, "dependency": "",
     }  # fmt: skip

@@ -10,7 +10,7 @@ still counts from the start.
 A registered node that is `up`, `cordoned` or `draining` and silent for `LOST_AFTER` seconds is
 marked `lost` (an `x.node` journal entry); the scheduler then ends its attempts as `lost` and
 requeues them (they resume from their newest checkpoint). The node's agent, when it comes back,
-is refused until it registers again, and is readmitted only clean (see `api_nodes._register`).
+is refused until it registers again, and is readmitted only clean (see `registration.py`).
 
 `corral admin maintenance --for 10m` stores when maintenance ends; until then heartbeats grant
 leases that last past it (so fences keep workers alive through a planned control-plane outage),
@@ -32,6 +32,9 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
+from corral.protocol import StopWhy
+from corral.server.allocations import attempts_on
+from corral.server.attempts import requeue_attempt
 from corral.server.cluster import get_setting, put_setting
 from corral.server.context import Context
 from corral.store import schema
@@ -92,7 +95,7 @@ def set_responding(ctx: Context, conn: Connection, names: list[str], responding:
 
 def mark_unheard(conn: Connection, now: float) -> list[str]:
     """At a server start: every registered node that is up, cordoned or draining is marked not
-    responding until its first heartbeat to this process (which sets it back, `api_nodes.heartbeat`).
+    responding until its first heartbeat to this process (which sets it back, `api_agents.heartbeat`).
     The heartbeat receive times died with the last process: a node that has not been heard since
     may be past its lease (its fence has killed its work, and it would refuse to launch), so the
     scheduler places nothing there meanwhile. Being declared lost still waits `LOST_AFTER` from the
@@ -142,12 +145,12 @@ class Liveness:
         load_maintenance(self.ctx)
         n = schema.nodes
         with self.ctx.engines.reader.connect() as conn:  # drained for survivors before a restart
-            self.ctx.unclean.update(
+            self.ctx.node_status.unclean.update(
                 conn.execute(
                     select(n.c.name).where(n.c.state == "draining", n.c.reason.startswith(UNCLEAN))
                 ).scalars()
             )
-            self.ctx.silent.update(
+            self.ctx.node_status.went_silent(
                 conn.execute(
                     select(n.c.name).where(n.c.registered.is_(True), n.c.responding.is_(False))
                 ).scalars()
@@ -187,13 +190,14 @@ class Liveness:
         after = ctx.lost_after
         if quiet_until and time.time() < quiet_until + after:
             return []
-        silence = {name: now - ctx.heartbeats.get(name, ctx.started) for name in self.watched(now)}
+        status = ctx.node_status
+        silence = {name: status.silence(name, now) for name in self.watched(now)}
         # never lost (`--lost-after 0`): still no new work once the lease (LEASE) may have passed
         threshold = after * NOT_RESPONDING if after else LEASE * 3 / 4
-        quiet = [x for x, s in silence.items() if s > threshold and x not in ctx.silent]
+        quiet = [x for x, s in silence.items() if s > threshold and x not in status.silent]
         if quiet:  # no new work: an agent this silent may be past its lease and could not launch it
             marked = ctx.writer.submit(lambda conn: set_responding(ctx, conn, quiet, False)).result()
-            ctx.silent.update(quiet)
+            status.went_silent(quiet)
             for name in marked:
                 log.warning("node %s not responding: no heartbeat for %.0f s", name, silence[name])
             if marked:
@@ -205,8 +209,7 @@ class Liveness:
             return []
         lost = ctx.writer.submit(lambda conn: _mark_lost(ctx, conn, silent, silence)).result()
         for name in lost:
-            ctx.lost.add(name)
-            ctx.incarnations.pop(name, None)
+            status.declared_lost(name)
             log.warning("node %s lost: no heartbeat for %.0f s", name, silence[name])
         if lost:
             ctx.invalidate_model()
@@ -218,9 +221,7 @@ def apply_gpu_health(
 ) -> dict[str, Any] | None:
     """Write a node's changed GPU health: drain it with the reason, and stop each attempt on a newly
     unhealthy GPU so that it is requeued. None when nothing changed."""
-    from corral.server.api_nodes import requeue_attempt
-
-    n, al, a, j = schema.nodes, schema.allocations, schema.attempts, schema.jobs
+    n = schema.nodes
     row = conn.execute(select(n.c.unhealthy, n.c.state, n.c.reason).where(n.c.name == node)).first()
     if row is None:
         return None
@@ -235,20 +236,10 @@ def apply_gpu_health(
     conn.execute(update(n).where(n.c.name == node).values(**values))
     stopped = []
     if new:
-        hit = conn.execute(
-            select(a.c.job_id, a.c.attempt, a.c.placement, j.c.request)
-            .join(al, (al.c.job_id == a.c.job_id) & (al.c.attempt == a.c.attempt))
-            .join(j, j.c.id == a.c.job_id)
-            .where(al.c.node == node, al.c.live == 1, al.c.gpu.in_([int(g) for g in new]))
-            .distinct()
-        ).all()
         by = f"unhealthy GPU {node}:{','.join(new)}"
-        for r in hit:
-            grace = json.loads(r.request)["checkpoint"]["grace"]
-            if requeue_attempt(
-                ctx, conn, r.job_id, r.attempt, json.loads(r.placement), grace, 0.0, by, "gpu"
-            ):
-                stopped.append(r.job_id)
+        for x in attempts_on(conn, node, [int(g) for g in new]):
+            if requeue_attempt(ctx, conn, x.job, x.attempt, x.placement, x.grace, 0.0, by, StopWhy.GPU):
+                stopped.append(x.job)
     state = values.get("state", row.state)
     ctx.journal(conn, [{"event": "x.node", "node": node, "state": state, "unhealthy": unhealthy}])
     return {"unhealthy": unhealthy, "stopped": stopped, "state": state}
@@ -271,7 +262,4 @@ def apply_unclean(ctx: Context, conn: Connection, node: str, stuck: list[str]) -
     elif not stuck and row.state == "draining" and row.reason.startswith(UNCLEAN):
         conn.execute(update(n).where(n.c.name == node).values(state="up", reason=""))
         ctx.journal(conn, [{"event": "x.node", "node": node, "state": "up"}])
-    if stuck:
-        ctx.unclean.add(node)
-    else:
-        ctx.unclean.discard(node)
+    ctx.node_status.set_unclean(node, bool(stuck))

@@ -7,7 +7,6 @@ import hashlib
 import ipaddress
 import logging
 import os
-import shutil
 import signal
 import stat
 import subprocess
@@ -18,11 +17,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 from sqlalchemy import Connection, func, select
+from sqlalchemy.engine import make_url
 
+from corral.config.yaml_source import load_yaml
+from corral.server import metrics_dir
+from corral.server.app import create_app
+from corral.server.auth import create_token
+from corral.server.cluster import apply_revision, get_setting, put_setting
+from corral.server.context import Context
+from corral.server.liveness import mark_unheard
+from corral.server.throttle import FailedAuthThrottle
 from corral.store import schema
 from corral.store.engine import Engines, make_engines, upgrade
-from corral.store.inuse import DatabaseInUse, Lease, hold
+from corral.store.inuse import hold_database
 
 log = logging.getLogger("corral.server")
 
@@ -43,6 +52,7 @@ class ServerOptions:
     durability: str = "normal"
     log_level: str = "warning"
     reports_dir: Path | None = None  # simulation reports the dashboard lists (default: data_dir/reports)
+    require_evidence_days: float = 0.0  # refuse configuration changes without a what-if this long (0: off)
     lost_after: float = 30.0  # seconds of silence before a node is lost (0: never)
     auth_failures: int = 20  # failed authentications an address may make at once (0: no limit)
     banner: bool = True  # say where things are once listening (`corral up` says it its own way)
@@ -69,11 +79,6 @@ def check_listen(opts: ServerOptions) -> None:
 
 def prepare_store(opts: ServerOptions) -> tuple[Engines, str | None]:
     """Migrate; apply the cluster file as a new revision when given; make the first admin token."""
-    from corral.config.yaml_source import load_yaml
-    from corral.server.auth import create_token
-    from corral.server.cluster import apply_revision, get_setting, put_setting
-    from corral.server.liveness import mark_unheard
-
     engines = make_engines(opts.database_url, opts.durability)
     upgrade(engines)
     token = None
@@ -141,8 +146,6 @@ def _file_digest(path: Path) -> str:
 
 def _is_active_file(conn: Connection, digest: str) -> bool:
     """True when the active revision was made from a file of this digest (setting `config.file`)."""
-    from corral.server.cluster import get_setting
-
     active = get_setting(conn, "config.active")
     return bool(digest) and active is not None and get_setting(conn, "config.file") == f"{digest} {active}"
 
@@ -197,20 +200,12 @@ def serve(opts: ServerOptions) -> None:
     check_listen(opts)
     os.umask(0o077)  # the database, tokens and metrics are the service user's alone (DESIGN.md 6.6)
     private_dir(opts.data_dir)
-    metrics_dir = opts.data_dir / "metrics"
-    shutil.rmtree(metrics_dir, ignore_errors=True)
-    metrics_dir.mkdir(parents=True)
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    metrics_dir.prepare(opts.data_dir)  # done first by the commands, before metrics are imported
     lease = hold_database(opts.database_url)  # `corral admin restore` refuses while it is held
     engines, token = prepare_store(opts)
     if token is not None:
         path = opts.data_dir / "admin-token"
         print(f"corral: first admin token written to {path}", file=sys.stderr)
-    import uvicorn
-
-    from corral.server.app import create_app
-    from corral.server.context import Context
-    from corral.server.throttle import FailedAuthThrottle
 
     scheduler = Supervisor(opts, dict(os.environ)) if opts.scheduler else None
     ctx = Context(
@@ -219,6 +214,7 @@ def serve(opts: ServerOptions) -> None:
     ctx.auth_failures = FailedAuthThrottle(opts.auth_failures)
     app = create_app(ctx)
     app.state.reports_dir = opts.reports_dir or opts.data_dir / "reports"
+    app.state.require_evidence_days = opts.require_evidence_days
     config = uvicorn.Config(
         app,
         host=opts.host,
@@ -255,8 +251,6 @@ def serve(opts: ServerOptions) -> None:
 
 def banner(opts: ServerOptions) -> str:
     """What `corral server` prints once it listens: where the API, the dashboard and the data are."""
-    from sqlalchemy.engine import make_url
-
     scheme = "https" if opts.tls_cert and opts.tls_key else "http"
     host = f"[{opts.host}]" if ":" in opts.host else opts.host
     url = f"{scheme}://{host}:{opts.port}"
@@ -273,11 +267,3 @@ def banner(opts: ServerOptions) -> str:
             "  stop with Ctrl-C",
         ]
     )
-
-
-def hold_database(url: str) -> Lease:
-    """The process's lease on its database (store/inuse.py); exits with the reason while a restore runs."""
-    try:
-        return hold(url)
-    except DatabaseInUse as exc:
-        raise SystemExit(f"corral: {exc}") from None

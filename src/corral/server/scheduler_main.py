@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
+import time
 
-from corral.server.main import hold_database
 from corral.server.scheduler import main
+from corral.store.inuse import hold_database
 
 
 def _parent_watch() -> None:
     """Exit when the server that started us is gone (its stdin pipe is not used: poll the parent).
     The server passes its pid: a server that died while we were starting is noticed too."""
-    import os
-    import time
-
     parent = int(os.environ.get("CORRAL_SERVER_PID") or os.getppid())
     while True:
         time.sleep(0.5)

@@ -19,11 +19,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import cast
 
+from corral.config.array_spec import MET, NEVER
 from corral.config.cluster_file import ClusterConfig
 from corral.core.cycle import schedule, to_placement
 from corral.core.decisions import CycleResult
 from corral.core.errors import TraceError
 from corral.core.estimates import Estimator
+from corral.core.eventshape import ending_line, preempting_line, reject_line, start_line, submit_line
 from corral.core.model import (
     INFINITY,
     JobId,
@@ -40,6 +42,7 @@ from corral.core.placement import Request
 from corral.core.plugins import Profile
 from corral.core.request import request_for
 from corral.core.state import ClusterState
+from corral.sim.dependencies import DependencyBook
 from corral.sim.eventlog import EventLog, placement_json
 from corral.sim.ideal import IdealSpans
 from corral.sim.jobmodel import PreemptionCost, Slowdown
@@ -115,6 +118,8 @@ class Simulation:
         with _rare_collections():
             self.arrivals = [self._job(t, seq) for seq, t in enumerate(ordered)]
         self.stats.jobs = len(self.arrivals)
+        # the trace's dependency column (sim/dependencies.py); None when no job has one
+        self.deps: DependencyBook | None = DependencyBook.of([(t.job_id, t.dependency) for t in ordered])
         self.events: list[tuple[float, int, int, object]] = []
         self._n = 0
         self.rng = random.Random(options.seed)
@@ -280,25 +285,48 @@ class Simulation:
 
     def _stuck(self, now: float) -> None:
         """Nothing runs and nothing will arrive: the rest can never start (e.g. nodes down forever)."""
-        for job_id in list(self.state.jobs):
+        while self.state.jobs:  # rejecting one may let in a job that waited for it to end
+            job_id = next(iter(self.state.jobs))
             self.state.remove_pending(job_id)
-            self.log.emit(
-                {"event": "reject", "t": now, "job": job_id, "reason": "can never start: the cluster is idle"}
-            )
+            self.log.emit(reject_line(now, job_id, "can never start: the cluster is idle"))
+            self._settled(job_id, now, False)
 
     def _submit(self, job: _Job, now: float) -> None:
         spec = job.spec
         self.jobs[spec.id] = job
-        self.state.submit(spec, true_duration=job.trace.duration)
-        self.log.emit(
-            {
-                "event": "submit", "t": now, "job": spec.id, "queue": spec.queue, "replicas": spec.replicas,
-                "gpus_per_replica": spec.gpus_per_replica, "priority": spec.priority,
-                "priority_class": spec.priority_class, "gpu_model": list(spec.gpu_model),
-                "topology": {"pack": None, "required": False}, "time_limit": spec.time_limit,
-                "preemptible": spec.preemptible, "user": spec.user, "duration": job.trace.duration,
-            }
-        )  # fmt: skip
+        gated = self.deps is not None and spec.id in self.deps.conditions
+        if not gated:
+            self.state.submit(spec, true_duration=job.trace.duration)
+        extra: dict[str, object] = {"duration": job.trace.duration}
+        if gated:
+            extra["dependency"] = job.trace.dependency
+        self.log.emit(submit_line(spec, now, extra))
+        if gated:
+            self._gate(spec.id, now)
+
+    def _gate(self, job_id: str, now: float) -> None:
+        """A job with a dependency: let in (and ask for a cycle), cancel, or keep it waiting."""
+        deps = self.deps
+        assert deps is not None
+        verdict, why = deps.holds(job_id)
+        if verdict == MET:
+            deps.parked.discard(job_id)
+            job = self.jobs[job_id]
+            self.state.submit(job.spec, true_duration=job.trace.duration)
+            self._push(now, _CYCLE, None)
+        elif verdict == NEVER:
+            deps.parked.discard(job_id)
+            self.log.emit({"event": "cancel", "t": now, "job": job_id, "reason": why})
+            del self.jobs[job_id]
+            self._settled(job_id, now, False)
+        else:
+            deps.parked.add(job_id)
+
+    def _settled(self, job_id: str, now: float, ok: bool | None) -> None:
+        """A job started (`ok` None) or ended: judge again the jobs that wait for it."""
+        if self.deps is not None:
+            for waiter in self.deps.settle(job_id, ok=ok):
+                self._gate(waiter, now)
 
     def _cycle(self, now: float) -> None:
         self.stats.cycles += 1
@@ -311,19 +339,11 @@ class Simulation:
         if self.on_cycle is not None:
             self.on_cycle(result)
         for r in result.rejections:
-            self.log.emit({"event": "reject", "t": now, "job": r.job, "reason": r.reason})
+            self.log.emit(reject_line(now, r.job, r.reason))
             del self.jobs[r.job]
+            self._settled(r.job, now, False)
         for p in result.preemptions:
-            self.log.emit(
-                {
-                    "event": "preempting",
-                    "t": now,
-                    "job": p.job,
-                    "attempt": p.attempt,
-                    "by": p.by,
-                    "deadline": p.deadline,
-                }
-            )
+            self.log.emit(preempting_line(now, p.job, p.attempt, p.by, p.deadline))
             self._push(p.deadline, _STOP, (p.job, p.attempt, p.reason))
         self._starts(result, now)
 
@@ -349,13 +369,9 @@ class Simulation:
             factor = self._factors[span, ideal] = self.options.slowdown.factor(span, ideal)
         job.factor = factor
         names = state.topology.span_names
-        self.log.emit(
-            {
-                "event": "start", "t": now, "job": job_id, "attempt": attempt_no,
-                "placement": placement_json(placement), "span": names[span], "ideal_span": names[ideal],
-                "backfilled": backfilled,
-            }
-        )  # fmt: skip
+        extra = {"span": names[span], "ideal_span": names[ideal], "backfilled": backfilled}
+        self.log.emit(start_line(now, job_id, attempt_no, placement_json(placement), extra))
+        self._settled(job_id, now, None)
         run_time = job.work * job.factor
         limit = job.spec.time_limit
         if limit is not None and limit < run_time:
@@ -386,10 +402,11 @@ class Simulation:
             return False  # a stale end: the attempt was preempted or lost meanwhile
         self.state.end(job_id, requeue=False, now=now)
         if failure is None:
-            self.log.emit({"event": "finish", "t": now, "job": job_id, "attempt": attempt})
+            self.log.emit(ending_line("finish", now, job_id, attempt))
         else:
-            self.log.emit({"event": "fail", "t": now, "job": job_id, "attempt": attempt, "reason": failure})
+            self.log.emit(ending_line("fail", now, job_id, attempt, failure))
         del self.jobs[job_id]
+        self._settled(job_id, now, failure is None)
         return True
 
     def _requeue(self, job_id: str, attempt: int, kind: str, reason: str, now: float) -> bool:
@@ -404,16 +421,7 @@ class Simulation:
         job.work = job.trace.duration - kept + self.options.preemption.restart_overhead
         job.progress = kept
         self.state.end(running.spec.id, requeue=True, now=now)
-        self.log.emit(
-            {
-                "event": kind,
-                "t": now,
-                "job": job_id,
-                "attempt": attempt,
-                "reason": reason,
-                "lost_gpu_seconds": lost,
-            }
-        )
+        self.log.emit(ending_line(kind, now, job_id, attempt, reason, extra={"lost_gpu_seconds": lost}))
         return True
 
     def _fail_node(self, name: NodeName, now: float) -> bool:

@@ -26,6 +26,7 @@ COLUMNS: tuple[str, ...] = (
     "preemptible",
     "checkpoint_interval",
     "user",
+    "dependency",
 )
 REQUIRED: tuple[str, ...] = ("job_id", "submit_time", "duration", "gpus")
 MODEL_SEPARATOR = "|"
@@ -48,6 +49,7 @@ class TraceJob:
     preemptible: bool = True
     checkpoint_interval: float | None = None  # seconds; None or 0: never checkpoints
     user: str | None = None
+    dependency: str | None = None  # Slurm's syntax on trace job ids, e.g. afterok:a:b (sim/dependencies.py)
 
     def __post_init__(self) -> None:
         if (
@@ -105,6 +107,7 @@ class _Columns:
     preemptible: int
     checkpoint_interval: int
     user: int
+    dependency: int
 
 
 def _columns(header: Sequence[str], path: object) -> _Columns:
@@ -195,6 +198,7 @@ class _RowParser:
             "preemptible": _preemptible,
             "checkpoint_interval": _checkpoint,
             "user": _verbatim,
+            "dependency": _verbatim,
         }
         self.optional = [
             (name, getattr(columns, name), f) for name, f in converters.items() if getattr(columns, name) >= 0
@@ -333,6 +337,7 @@ def _cells(job: TraceJob) -> tuple[str | int, ...]:
         "true" if job.preemptible else "false",
         "" if job.checkpoint_interval is None else _number(job.checkpoint_interval),
         job.user or "",
+        job.dependency or "",
     )
 
 

@@ -100,3 +100,11 @@ def exclusive(url: str) -> Iterator[None]:
 
 def _shown(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
+
+
+def hold_database(url: str) -> Lease:
+    """The process's lease on its database (store/inuse.py); exits with the reason while a restore runs."""
+    try:
+        return hold(url)
+    except DatabaseInUse as exc:
+        raise SystemExit(f"corral: {exc}") from None

@@ -55,8 +55,28 @@ jobs = Table(
     Column("reason_at", Float),  # the time the reason names (a reservation's start, a backoff's end)
     Column("spec", Text, nullable=False),  # the scheduling spec (JobSpec fields), JSON
     Column("request", Text, nullable=False),  # what the user asked for (command, env, mounts...), JSON
+    # a task of a job array (server/arrays.py): the array's id and the task's index
+    Column("array_id", String(64)),
+    Column("array_task", Integer),
+    # conditions on other jobs before it may start, JSON (server/dependencies.py); "" for none
+    Column("dependency", Text, nullable=False, server_default=""),
     Index("ix_jobs_state", "state"),
+    Index("ix_jobs_array", "array_id"),
     Index("ix_jobs_queue_state", "queue", "state"),
+    Index("ix_jobs_team_seq", "team", "seq"),  # `corral acct` for a member
+    Index("ix_jobs_user_seq", "user", "seq"),
+    Index("ix_jobs_end_time", "end_time"),
+)
+
+arrays = Table(
+    "arrays",
+    metadata,
+    Column("id", String(64), primary_key=True),  # the id of its first task's row, e.g. j12 (tasks j12_0...)
+    Column("spec", Text, nullable=False),  # as submitted, e.g. 0-99%8
+    Column("tasks", Integer, nullable=False),
+    Column("max_running", Integer, nullable=False, server_default="0"),  # %N; 0: no cap
+    Column("team", String(200), nullable=False, server_default=""),
+    Column("created_at", Float, nullable=False),
 )
 
 attempts = Table(
@@ -158,6 +178,9 @@ config_revisions = Table(
     Column("author", String(200), nullable=False),
     Column("comment", Text, nullable=False, server_default=""),
     Column("body", Text, nullable=False),  # the cluster file as a JSON document
+    # what the change was decided on: a what-if's summary (and report), or why it was forced
+    # without one (JSON; empty when none was given). See server/evidence.py.
+    Column("evidence", Text, nullable=False, server_default=""),
 )
 
 settings = Table(
@@ -204,4 +227,26 @@ reasons = Table(
     Column("message", Text, nullable=False),
     Column("at", Float),  # the time the message names, if any
     Index("ix_reasons_job", "job_id"),
+)
+
+# webhook notifications waiting, sent or given up (server/notify.py): one row per (journal event,
+# sink), made in the transaction that moves the notifier's cursor (`notify.cursor` setting), so
+# a restart neither loses nor repeats one; `id` is the delivery id receivers deduplicate by
+notify_deliveries = Table(
+    "notify_deliveries",
+    metadata,
+    Column("id", String(120), primary_key=True),
+    Column("sink", String(64), nullable=False),
+    Column("event_seq", Integer, nullable=False),
+    Column("job", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),  # start, end, fail, preempt, restart
+    Column("body", Text, nullable=False),  # the exact bytes sent (and signed), every attempt
+    Column("state", String(16), nullable=False),  # pending, delivered, failed (gave up), dropped
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("next_at", Float, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("delivered_at", Float),
+    Column("last_error", Text, nullable=False, server_default=""),
+    Index("ix_notify_deliveries_state_next", "state", "next_at"),
+    Index("ix_notify_deliveries_job", "job"),
 )

@@ -12,6 +12,7 @@ import * as jobsPage from "./pages/jobs.js";
 import * as jobPage from "./pages/job.js";
 import * as utilisationPage from "./pages/utilisation.js";
 import * as reportsPage from "./pages/reports.js";
+import * as revisionsPage from "./pages/revisions.js";
 
 const PAGES = {
   cluster: clusterPage,
@@ -19,6 +20,7 @@ const PAGES = {
   jobs: jobsPage,
   utilisation: utilisationPage,
   reports: reportsPage,
+  revisions: revisionsPage,
 };
 const main = document.getElementById("main");
 const app = { who: null, live: null, store: null, current: null };

@@ -18,7 +18,8 @@ async function list(el, app) {
     const { reports, folder } = await api("/v1/reports");
     const where = folder ? ` in <code>${esc(folder)}</code>` : "";
     const how =
-      `<p class="note muted">Reports are the HTML that <code>corral simulate … --report FOLDER/NAME</code> writes, ` +
+      `<p class="note muted">Reports are the HTML that <code>corral simulate … --report FOLDER/NAME</code> and ` +
+      `<code>corral whatif … --report NAME</code> write, ` +
       `read from the server's reports folder${where} (<code>corral server --reports-dir</code>).</p>`;
     if (!reports.length) {
       box.innerHTML = `<p class="empty">No reports yet.</p>${how}`;
@@ -28,11 +29,11 @@ async function list(el, app) {
       .map(
         (r) =>
           `<tr><td><a href="#/reports/${encodeURIComponent(r.name)}">${esc(r.name)}</a></td>` +
-          `<td>${esc(r.title)}</td><td>${clock(r.modified)}</td></tr>`,
+          `<td>${esc(r.kind || "simulation")}</td><td>${esc(r.title)}</td><td>${clock(r.modified)}</td></tr>`,
       )
       .join("");
     box.innerHTML =
-      `<table class="grid"><thead><tr><th>Report</th><th>Title</th><th>Written</th></tr></thead><tbody>${rows}</tbody></table>${how}`;
+      `<table class="grid"><thead><tr><th>Report</th><th>Kind</th><th>Title</th><th>Written</th></tr></thead><tbody>${rows}</tbody></table>${how}`;
   } catch (err) {
     box.innerHTML = errorBox(err, "cannot list reports");
   }
