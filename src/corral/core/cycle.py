@@ -15,6 +15,7 @@ from collections.abc import Hashable
 from corral.core import order, repeats, reserve
 from corral.core import reasons as why_text
 from corral.core.decisions import CycleResult, Reason, Reject, Reserve, Start, Why
+from corral.core.estimated_holds import confident, estimated_hold
 from corral.core.fairshare import advance_usage
 from corral.core.jobs import PendingJob, shape_of
 from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
@@ -351,15 +352,14 @@ class _Cycle:
             and len(self.reservations) < self.profile.max_reservations
         ):
             self.reserved_queues.add(queue)
-            hold_at = job.spec.submit_time + self.profile.hold_after
-            if hold_at > self.now:  # too early to hold GPUs on estimates: on time limits only
-                found, estimate = reserve.earliest_fit(state, req, self.now), None
-            else:
-                found, estimate = reserve.estimated_fit(state, req, self.now)
-            if found is None:
-                if hold_at > self.now and state.by_estimate:
-                    self.result.wake_at(hold_at)
+            found, estimate = reserve.earliest_fit(state, req, self.now), None
+            if found is None and state.by_estimate:
+                found, estimate = estimated_hold(state, job, req, self.now)
+                hold_at = job.spec.submit_time + self.profile.hold_after
+                if found is not None and hold_at > self.now and not confident(estimate):
+                    self.result.wake_at(hold_at)  # aging: a poor estimate holds GPUs once it has waited
                     return why_text.hold_later(why, hold_at, self.now)
+            if found is None:
                 text = "; no reservation: the GPUs it needs are held by jobs without a time limit"
                 return Reason(why.code, why.message + text, why.at)
             found = reserve.Reservation(job.spec.id, found.start, found.capacity)

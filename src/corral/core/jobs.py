@@ -37,6 +37,7 @@ class PendingJob:
         "attained",
         "attempts",
         "estimate",
+        "estimated_hold",
         "family",
         "flags",
         "key",
@@ -71,6 +72,9 @@ class PendingJob:
         self.verdict_key = -1  # its (shape, queue, class, time limit, preemptible), interned by the state
         self.family = -1  # the same without the time limit, interned by the state
         self.estimate: Estimate | None = None  # its run time from history (`estimates`), set when queued
+        # its last reservation from estimated ends: (searched at, start or INFINITY, capacity,
+        # the estimate the start rests on), reused for a while (`estimated_holds`)
+        self.estimated_hold: tuple[float, float, tuple[tuple[int, int], ...], Estimate | None] | None = None
 
     def __repr__(self) -> str:
         return f"PendingJob({self.spec.id!r}, attempts={self.attempts})"

@@ -72,10 +72,13 @@ class LeastAttained:
 @dataclass(frozen=True, slots=True)
 class ShortestEstimatedArgs:
     weight: float = 1.0
+    cap: float = 86_400.0
 
     def __post_init__(self) -> None:
         if not self.weight >= 0:
             raise ValueError("weight must be >= 0 (0: plain priority then FIFO)")
+        if not self.cap >= 0:
+            raise ValueError("cap must be >= 0 seconds (the most estimated run time that delays a job)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +86,11 @@ class ShortestEstimated:
     """Priority class first, then shortest estimated remaining run time, aged by waiting.
 
     A job is ordered as if it had been submitted `weight` x its estimated remaining run time
-    (history's estimate less the time its earlier attempts ran; `corral.core.estimates`) after
-    it was: shorter jobs go first, yet a job is passed only by jobs submitted before that
-    virtual time, so none starves. Without history every estimate is 0: priority then FIFO.
+    (history's estimate less the time its earlier attempts ran; `corral.core.estimates`), up to
+    `cap` seconds, after it was: shorter jobs go first, yet a job is passed only by jobs
+    submitted less than `weight` x `cap` after it, so none starves, and the longest jobs (the
+    tail) wait at most that much longer than in FIFO order. Without history every estimate is
+    0: priority then FIFO.
     """
 
     args: ShortestEstimatedArgs = ShortestEstimatedArgs()
@@ -96,4 +101,5 @@ class ShortestEstimated:
         remaining = 0.0
         if estimate is not None:
             remaining = max(0.0, estimate.seconds - (job.attained / s.gpus if s.gpus else 0.0))
-        return (-s.priority, s.submit_time + self.args.weight * remaining, s.seq, s.id)
+        delay = self.args.weight * min(remaining, self.args.cap)
+        return (-s.priority, s.submit_time + delay, s.seq, s.id)
