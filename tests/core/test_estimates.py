@@ -5,9 +5,14 @@ from __future__ import annotations
 import dataclasses
 
 from corral.core.cycle import schedule
-from corral.core.estimates import BASES, Estimator
+from corral.core.estimated_holds import CONFIDENT_DRAWN, REFRESH, estimated_hold
+from corral.core.estimates import BASES, Estimate, Estimator
+from corral.core.jobs import PendingJob
 from corral.core.model import INFINITY, JobId, JobSpec, NodeSpec, QueueSpec
+from corral.core.plugins import Profile
+from corral.core.request import request_for
 from corral.core.state import ClusterState
+from corral.policies.ordering import ShortestEstimated, ShortestEstimatedArgs
 from corral.policies.registry import load_policy
 
 
@@ -114,3 +119,54 @@ def test_estimates_hold_gpus_only_for_a_job_that_has_waited_hold_after() -> None
     late = schedule(state, profile, 3601.0)  # past their estimates: estimated again, and held now
     assert [r.job for r in late.reservations] == ["big"]
     assert "reserved to start at about" in late.reasons[JobId("big")].message
+
+
+def _two_small_running(state: ClusterState, profile: Profile, runs: int) -> None:
+    """Two 4-GPU jobs without a time limit run on the 8-GPU node; history holds `runs` of 600 s."""
+    assert state.estimator is not None
+    for _ in range(runs):
+        state.estimator.observe(job(gpus=4, name="small"), 600.0)
+    for i in range(2):
+        state.submit(JobSpec(id=JobId(f"s{i}"), queue="a", name="small", user="u", gpus_per_replica=4))
+    schedule(state, profile, 0.0)
+    state.submit(JobSpec(id=JobId("big"), queue="a", user="u", gpus_per_replica=8, submit_time=1.0, seq=1))
+
+
+def test_a_confident_estimate_holds_gpus_at_once_a_thin_one_after_hold_after() -> None:
+    profile = dataclasses.replace(load_policy("default"), hold_after=3600.0)
+    thin = _cluster()
+    _two_small_running(thin, profile, CONFIDENT_DRAWN - 1)
+    assert schedule(thin, profile, 1.0).reservations == []  # 99 past jobs: it waits for hold_after
+    firm = _cluster()
+    _two_small_running(firm, profile, CONFIDENT_DRAWN)
+    result = schedule(firm, profile, 1.0)
+    assert [(r.job, r.start) for r in result.reservations] == [("big", 600.0)]
+    assert f"estimated from {CONFIDENT_DRAWN} finished jobs of" in result.reasons[JobId("big")].message
+
+
+def test_an_estimated_reservation_is_searched_again_only_after_refresh_or_once_its_start_passed() -> None:
+    state = _cluster()
+    profile = dataclasses.replace(load_policy("default"), hold_after=0.0)
+    _two_small_running(state, profile, 3)
+    big = state.queues["a"].pending[JobId("big")]
+    req = request_for(state, big.spec)
+    found, _ = estimated_hold(state, big, req, 1.0)
+    assert found is not None and found.start == 600.0
+    state.end(JobId("s0"), requeue=False, now=2.0)  # history now says 4 GPUs free at once...
+    state.end(JobId("s1"), requeue=False, now=2.0)
+    again, _ = estimated_hold(state, big, req, 3.0)  # ...but the search is remembered
+    assert again is not None and again.start == 600.0
+    assert estimated_hold(state, big, req, 1.0 + REFRESH) == (None, None)  # searched again: none runs
+    state.submit(JobSpec(id=JobId("s2"), queue="a", name="small", user="u", gpus_per_replica=4))
+    big.estimated_hold = (REFRESH, 700.0, ((0, 8),), None)  # a start that has passed by t=701
+    assert estimated_hold(state, big, req, 701.0)[0] is None  # searched again (s2 is pending, not running)
+
+
+def test_shortest_estimated_delays_a_job_by_at_most_cap() -> None:
+    order = ShortestEstimated(ShortestEstimatedArgs(weight=1.0, cap=3600.0))
+    spec = JobSpec(id=JobId("long"), queue="a", gpus_per_replica=1, submit_time=100.0)
+    pending = PendingJob(spec)
+    pending.estimate = Estimate(10 * 86400.0, 50, BASES[2])
+    assert order.key(pending)[1] == 100.0 + 3600.0
+    pending.estimate = Estimate(60.0, 50, BASES[2])
+    assert order.key(pending)[1] == 160.0
