@@ -124,6 +124,12 @@ def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]
                 "args": ARGS[0] if policy == "default" else {},
                 "hold_after": getattr(profile, "hold_after", None),  # absent before issue 16
                 **row,
+                # per queue: its share of the GPU-hours, its quota's share, time below its quota
+                # while its jobs waited (fraction of the run)
+                "queues": {
+                    name: {k: round(q[k], 4) for k in ("share", "quota_share", "below_quota_fraction")}
+                    for name, q in s["queues"].items()
+                },
             }
         ),
         flush=True,
