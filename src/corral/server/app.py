@@ -192,6 +192,14 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
             return b"".join(chunks)
 
 
+def _header(scope: Scope, name: bytes) -> str | None:
+    """A request header's value (the first), decoded as Latin-1 as HTTP's bytes are."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
 class Gate:
     """Every request passes here first (pure ASGI, no per-request task): the body limit, the
     token (before FastAPI reads a body; `/healthz` and the dashboard's shell excepted), and after
@@ -259,7 +267,8 @@ class Gate:
             if not isinstance(spec, dict):
                 raise ApiError(422, "invalid request: the body is not a JSON object", fix="send a job spec")
             try:
-                response = json_response(await submit_job(self.ctx, who, spec), 201)
+                key = _header(scope, b"idempotency-key")
+                response = json_response(*await submit_job(self.ctx, who, spec, key))
             except (RecursionError, OverflowError) as exc:
                 raise out_of_range(exc) from None
         except ApiError as exc:

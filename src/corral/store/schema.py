@@ -250,3 +250,19 @@ notify_deliveries = Table(
     Index("ix_notify_deliveries_state_next", "state", "next_at"),
     Index("ix_notify_deliveries_job", "job"),
 )
+
+# a client's `Idempotency-Key` on a submission (server/idempotency.py): written in the transaction
+# that writes the job, so a retry of a request whose answer was lost finds the job it made; one
+# key per submitting user; rows older than the key's lifetime (24 h) are deleted
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("user", String(200), nullable=False),
+    Column("key", String(255), nullable=False),
+    Column("digest", String(64), nullable=False),  # SHA-256 of the request body (canonical JSON)
+    Column("job_id", String(64), nullable=False),  # the job, or the job array, it made
+    Column("created_at", Float, nullable=False),
+    Index("ux_idempotency_user_key", "user", "key", unique=True),
+    Index("ix_idempotency_created", "created_at"),
+)
