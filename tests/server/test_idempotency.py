@@ -109,6 +109,13 @@ def test_bad_keys_are_refused_with_the_rule(srv: Server) -> None:
             assert "Idempotency-Key" in r.json()["error"] and "printable ASCII" in r.json()["error"]
             assert "UUID" in r.json()["fix"]
         assert job_count(c) == before
+        # a body the key's digest must still read: a lone surrogate in a string
+        odd = c.post(
+            "/v1/jobs",
+            content=b'{"queue": "research", "command": ["echo", "\\ud800"]}',
+            headers={"Idempotency-Key": "odd-" + uuid.uuid4().hex, "content-type": "application/json"},
+        )
+        assert odd.status_code in (201, 422), odd.text
         # the draft's structured-field form (a quoted string) is the same key as the bare one
         made = post(c, '"quoted-' + "k" * 8 + '"').json()["id"]
         assert post(c, "quoted-" + "k" * 8).json()["id"] == made

@@ -69,7 +69,7 @@ def parse(header: str | None, user: str, body: object) -> Key | None:
 
 def digest(body: object) -> str:
     """SHA-256 of the body as canonical JSON (key order and spacing do not matter)."""
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))  # ASCII: lone surrogates too
     return hashlib.sha256(text.encode()).hexdigest()
 
 
