@@ -7,6 +7,7 @@ its lifetime may be used again; many copies of one keyed request at once make on
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -150,3 +151,25 @@ def test_an_expired_key_may_be_used_again(srv: Server) -> None:
             rows = conn.execute(text('SELECT count(*) FROM idempotency_keys WHERE "key" = :k'), {"k": key})
             assert rows.scalar() == 1  # the expired row was deleted, not kept beside the new one
         engine.dispose()
+
+
+def test_the_sweep_deletes_only_expired_keys(srv: Server) -> None:
+    from corral.server.idempotency import sweep
+
+    with srv.client() as c:
+        kept = str(uuid.uuid4())
+        post(c, kept)
+    engine = create_engine(srv.database_url)
+    old = "old-" + uuid.uuid4().hex
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                'INSERT INTO idempotency_keys ("user", "key", digest, job_id, created_at) '
+                "VALUES ('someone', :key, 'x', 'j1', :t)"
+            ),
+            {"key": old, "t": time.time() - TTL - 1},
+        )
+        assert sweep(conn, time.time()) >= 1
+        left = {k for (k,) in conn.execute(text('SELECT "key" FROM idempotency_keys'))}
+    engine.dispose()
+    assert old not in left and kept in left
