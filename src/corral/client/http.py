@@ -1,8 +1,10 @@
 """`Client`: one synchronous httpx session against a Corral server, a method per `/v1` route.
 
 Methods return the API's JSON objects unchanged (readers ignore fields they do not know).
-A refusal raises `ClientError` built from the server's body `{"error", "fix", "code"}`; a
-server that cannot be reached raises one with `status == UNREACHABLE` that says how to start it.
+A refusal raises `ClientError` (client/errors.py) built from the server's body `{"error", "fix",
+"code"}`; a server that cannot be reached raises one with `status == UNREACHABLE` that says how
+to start it. `server` may name several replicas, "URL1,URL2": client/failover.py picks one and
+moves on when it fails; `submit` sends an `Idempotency-Key` so that it may be sent twice.
 """
 
 from __future__ import annotations
