@@ -128,7 +128,8 @@ def allocation_problems(database_url: str) -> list[str]:
 
     No (node, GPU) in two live allocations; no job with two attempts not ended; every live
     allocation belongs to an attempt not ended; every attempt not ended is its job's current one,
-    in a live job state.
+    in a live job state; every attempt not ended has in `attempt_nodes` exactly the nodes of its
+    placement, the node of replica 0 marked `master`.
     """
     engine = create_engine(database_url)
     problems: list[str] = []
@@ -157,6 +158,27 @@ def allocation_problems(database_url: str) -> list[str]:
                 "OR j.state NOT IN ('starting', 'running', 'stopping'))"
             )):  # fmt: skip
                 problems.append(f"attempt {attempt} of {job_id} is live but the job is {state} at {current}")
+            placed: dict[tuple[str, int], tuple[set[str], str]] = {}
+            for job_id, attempt, placement in conn.execute(text(
+                "SELECT job_id, attempt, placement FROM attempts WHERE state != 'ended'"
+            )):  # fmt: skip
+                names = [str(p["node"]) for p in json.loads(placement)]
+                placed[(job_id, attempt)] = (set(names), names[0] if names else "")
+            recorded: dict[tuple[str, int], tuple[set[str], str]] = {}
+            for job_id, attempt, node, master in conn.execute(text(
+                "SELECT n.job_id, n.attempt, n.node, n.master FROM attempt_nodes n JOIN attempts a "
+                "ON a.job_id = n.job_id AND a.attempt = n.attempt WHERE a.state != 'ended'"
+            )):  # fmt: skip
+                names = recorded.setdefault((job_id, attempt), (set(), ""))[0]
+                names.add(node)
+                if master:
+                    recorded[(job_id, attempt)] = (names, node)
+            for key in sorted(set(placed) | set(recorded)):
+                if placed.get(key) != recorded.get(key):
+                    problems.append(
+                        f"attempt {key[1]} of {key[0]}: placement {placed.get(key)},"
+                        f" attempt_nodes {recorded.get(key)}"
+                    )
     finally:
         engine.dispose()
     return problems
