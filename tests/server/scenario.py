@@ -159,25 +159,26 @@ def allocation_problems(database_url: str) -> list[str]:
             )):  # fmt: skip
                 problems.append(f"attempt {attempt} of {job_id} is live but the job is {state} at {current}")
             placed: dict[tuple[str, int], tuple[set[str], str]] = {}
-            for job_id, attempt, placement in conn.execute(text(
-                "SELECT job_id, attempt, placement FROM attempts WHERE state != 'ended'"
-            )):  # fmt: skip
+            recorded: dict[tuple[str, int], tuple[set[str], str]] = {}
+            for job_id, attempt, placement, node, master in conn.execute(
+                text(
+                    "SELECT a.job_id, a.attempt, a.placement, n.node, n.master FROM attempts a "
+                    "LEFT JOIN attempt_nodes n ON n.job_id = a.job_id AND n.attempt = a.attempt "
+                    "WHERE a.state != 'ended'"
+                )
+            ):  # fmt: skip  (one statement: one snapshot while the server writes)
                 names = [str(p["node"]) for p in json.loads(placement)]
                 placed[(job_id, attempt)] = (set(names), names[0] if names else "")
-            recorded: dict[tuple[str, int], tuple[set[str], str]] = {}
-            for job_id, attempt, node, master in conn.execute(text(
-                "SELECT n.job_id, n.attempt, n.node, n.master FROM attempt_nodes n JOIN attempts a "
-                "ON a.job_id = n.job_id AND a.attempt = n.attempt WHERE a.state != 'ended'"
-            )):  # fmt: skip
-                names = recorded.setdefault((job_id, attempt), (set(), ""))[0]
-                names.add(node)
-                if master:
-                    recorded[(job_id, attempt)] = (names, node)
-            for key in sorted(set(placed) | set(recorded)):
-                if placed.get(key) != recorded.get(key):
+                seen = recorded.setdefault((job_id, attempt), (set(), ""))
+                if node is not None:
+                    seen[0].add(node)
+                    if master:
+                        recorded[(job_id, attempt)] = (seen[0], node)
+            for key in sorted(placed):
+                if placed[key] != recorded[key]:
                     problems.append(
-                        f"attempt {key[1]} of {key[0]}: placement {placed.get(key)},"
-                        f" attempt_nodes {recorded.get(key)}"
+                        f"attempt {key[1]} of {key[0]}: placement {placed[key]},"
+                        f" attempt_nodes {recorded[key]}"
                     )
     finally:
         engine.dispose()
