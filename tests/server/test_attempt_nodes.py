@@ -66,6 +66,9 @@ def test_the_three_answers_agree(lab: Server) -> None:
     assert ports == {
         n: {o["master_port"] for o in orders.values() if o["placement"][0]["node"] == n} for n in NODES
     }
+    for node in NODES:  # two attempts with replica 0 on one node never share a master port
+        masters = [o for o in orders.values() if o["placement"][0]["node"] == node]
+        assert len(ports[node]) == len(masters), (node, masters)
     for node, agent in agents.items():
         # a report is accepted from exactly the nodes the attempt runs on
         for i in orders:
