@@ -232,6 +232,9 @@ class ServerScenario:
                 insert(schema.allocations),
                 [{"job_id": job_id, "attempt": 1, "node": entry["node"], "gpu": g, "live": 1} for g in gpus],
             )
+            conn.execute(
+                insert(schema.attempt_nodes).values(job_id=job_id, attempt=1, node=entry["node"], master=True)
+            )
             start = {
                 "event": "start",
                 "t": self.clock.now,

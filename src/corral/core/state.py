@@ -50,10 +50,10 @@ class Caches:
     """Answers per job shape that hold until static capacity (nodes, queues) changes: the state
     replaces them all then (`ClusterState.caches`)."""
 
-    # placement request per (shape, filter ids) (`request.request_for`)
+    # placement request per job shape (`request.request_for`)
     requests: dict[tuple[object, ...], Request] = field(default_factory=dict)
-    # why a job can never fit, per (verdict key, filter ids); None: it can (`cycle`)
-    never_fits: dict[tuple[int, tuple[int, ...]], str | None] = field(default_factory=dict)
+    # why a job can never fit, per verdict key; None: it can (`cycle`)
+    never_fits: dict[int, str | None] = field(default_factory=dict)
     # most replicas one domain of a span holds when empty, per (request, span) (`request`)
     static_capacity: dict[tuple[Request, int], int] = field(default_factory=dict)
     any_quota: bool | None = None  # whether any queue has a quota (`fairshare`)

@@ -3,6 +3,8 @@
 Rules that live in the schema (DESIGN.md 6.2):
 - `allocations` has a unique index on (node, gpu) over live rows only, so a GPU given twice
   is a database error in SQLite and PostgreSQL alike, whatever the code above does.
+- `attempt_nodes` names every node of every attempt (GPUs or not): what runs on a node is read
+  there, never decoded from `attempts.placement`.
 - `events` is the one ordered journal: the event log of DESIGN.md 4.6 plus internal kinds
   (prefixed `x.`) that the scheduler tails; `seq` order is commit order (writers serialise).
 - `jobs.version` guards every change to a job: writers update `WHERE version = :seen`.
@@ -118,6 +120,20 @@ allocations = Table(
         postgresql_where=text("live = 1"),
     ),
     Index("ix_allocations_job", "job_id", "attempt"),
+)
+
+attempt_nodes = Table(
+    # one row per node of an attempt, 0-GPU attempts included: the one answer to "which
+    # attempts run on node N" (server/allocations.py); `master` marks the node of replica 0,
+    # whose master port (attempts.master_port) a new attempt there must not take (DESIGN.md 4.3)
+    "attempt_nodes",
+    metadata,
+    Column("job_id", String(64), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("node", String(200), nullable=False),
+    Column("master", Boolean, nullable=False, server_default=text("false")),
+    PrimaryKeyConstraint("job_id", "attempt", "node"),
+    Index("ix_attempt_nodes_node", "node"),
 )
 
 nodes = Table(
