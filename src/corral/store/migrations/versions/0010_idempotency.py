@@ -1,7 +1,7 @@
 """idempotency_keys: a client's Idempotency-Key on a submission, mapped to the job it made
 
-Revision ID: 0009_idempotency
-Revises: 0008_evidence
+Revision ID: 0010_idempotency
+Revises: 0009_attempt_nodes
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009_idempotency"
-down_revision = "0008_evidence"
+revision = "0010_idempotency"
+down_revision = "0009_attempt_nodes"
 branch_labels = None
 depends_on = None
 
