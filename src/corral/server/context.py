@@ -186,6 +186,7 @@ class Context:
         self.node_status = NodeStatus(self.started)  # per-node liveness of this process
         self.lost_after = lost_after  # seconds of silence before a node is lost (0: never)
         self.policy = policy  # the server's --policy: in effect while no revision names one
+        self.replica = ""  # this replica's name in the leader lease ("": it runs no scheduler)
         self.maintenance = 0.0  # Unix time planned maintenance ends (0: none)
         self._model_lock = threading.Lock()
         self._model: tuple[ClusterModel, ClusterState] | None = None
