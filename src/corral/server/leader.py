@@ -68,9 +68,12 @@ class Holder:
         return self.expires_at > self.now
 
 
-def replica_id() -> str:
-    """A replica's name in the lease: host, process id and a random part (unique per start)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+def replica_id(data_dir: str = "") -> str:
+    """A replica's name in the lease: its host and data directory, the same across restarts, so a
+    replica restarted after a crash takes its own lease back at once (the fence refuses anything
+    its previous process might still try); random when there is no data directory."""
+    where = data_dir or f"pid {os.getpid()}:{secrets.token_hex(3)}"
+    return f"{socket.gethostname()}:{where}"
 
 
 def db_now(conn: Connection) -> float:

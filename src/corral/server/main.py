@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ class ServerOptions:
     lost_after: float = 30.0  # seconds of silence before a node is lost (0: never)
     auth_failures: int = 20  # failed authentications an address may make at once (0: no limit)
     banner: bool = True  # say where things are once listening (`corral up` says it its own way)
-    replica: str = field(default_factory=replica_id)  # this replica's name in the leader lease
+    replica: str = ""  # this replica's name in the leader lease (default: host and data directory)
 
 
 def is_loopback(host: str) -> bool:
@@ -206,6 +206,7 @@ def serve(opts: ServerOptions) -> None:
     private_dir(opts.data_dir)
     metrics_dir.prepare(opts.data_dir)  # done first by the commands, before metrics are imported
     lease = hold_database(opts.database_url)  # `corral admin restore` refuses while it is held
+    opts.replica = opts.replica or replica_id(str(opts.data_dir.resolve()))
     engines, token = prepare_store(opts)
     if token is not None:
         path = opts.data_dir / "admin-token"
