@@ -18,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from corral.core.state import ClusterState
 from corral.server.auth import TokenCache
 from corral.server.cluster import ClusterModel, get_setting
-from corral.server.doorbell import Bell, Doorbell
+from corral.server.doorbell import bell_for, doorbell_for
 from corral.server.in_force import load_view
 from corral.server.jobs import insert_jobs
 from corral.server.node_status import NodeStatus
@@ -176,7 +176,8 @@ class Context:
         self.notifier = Notifier()
         self.outbox = OutboxCursor(engines.reader, exact=engines.is_sqlite)
         self.notifier.listeners.append(self.outbox.poke)
-        self.scheduler_bell = Bell("scheduler", engines.reader)
+        # the scheduler (the leader's, wherever it runs) and, on PostgreSQL, every replica's long polls
+        self.scheduler_bell = bell_for(["scheduler", "api"], engines)
         self.writer = Writer(engines, after_commit=self._after_commit)
         self.tokens = TokenCache(engines.reader)
         is_sqlite = engines.is_sqlite
@@ -193,7 +194,7 @@ class Context:
         self._config_mark: tuple[str | None, ...] = ()
         self.auth_failures = FailedAuthThrottle()  # per client address (server/throttle.py)
         self.nodes_version = 0  # bumped by every invalidate_model(): a node changed here
-        self.doorbell = Doorbell("api")
+        self.doorbell = doorbell_for("api", engines)
         self._stop = threading.Event()
         self._listener = threading.Thread(target=self._listen, name="corral-api-doorbell", daemon=True)
 

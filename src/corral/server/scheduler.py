@@ -37,7 +37,7 @@ from corral.server import metrics
 from corral.server import scheduler_db as db
 from corral.server.cluster import get_setting
 from corral.server.commit import Batch, EndItem, StartItem
-from corral.server.doorbell import Bell, Doorbell
+from corral.server.doorbell import bell_for, doorbell_for
 from corral.server.endings import Ending
 from corral.server.gates import Gates
 from corral.server.in_force import NoRevisionApplies, choose, report_refusal
@@ -71,8 +71,8 @@ class Scheduler(JournalApplier):
         self.clock = clock  # scheduling time (Unix time; tests and scenarios inject a virtual one)
         self.profile = load_policy(policy)
         self.policy = policy
-        self.doorbell = Doorbell("scheduler")
-        self.api_bell = Bell("api", engines.reader)
+        self.doorbell = doorbell_for("scheduler", engines)
+        self.api_bell = bell_for(["api"], engines)  # every replica's long polls, on PostgreSQL
         self.stop = threading.Event()
         self.state: ClusterState | None = None
         self.last_seq = 0
