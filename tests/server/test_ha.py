@@ -8,6 +8,7 @@ import os
 import random
 import re
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,13 +41,15 @@ def health(srv: Server) -> dict[str, Any]:
     return body
 
 
-def replicas(url: str, tmp_path: Path, env_a: dict[str, str] | None = None) -> tuple[Server, Server]:
+def replicas(
+    url: str, tmp_path: Path, env_a: dict[str, str] | None = None, extra: list[str] | None = None
+) -> tuple[Server, Server]:
     """Replica a (started first: the leader) and replica b (a standby), on one database."""
     cluster = write_cluster(tmp_path, priority_classes=NO_MIN_RUNTIME)
-    a = Server(url, tmp_path / "a", cluster, env=env_a)
+    a = Server(url, tmp_path / "a", cluster, env=env_a, extra=extra)
     a.start()
     wait_for(lambda: health(a)["scheduler"] == "leader", timeout=30, interval=0.2)
-    b = Server(url, tmp_path / "b", cluster)
+    b = Server(url, tmp_path / "b", cluster, extra=extra)
     b.start()
     b._token = a.admin_token  # one database, one admin token
     return a, b
@@ -166,6 +169,53 @@ def test_a_leader_paused_past_its_lease_lands_nothing(pg_url: str, tmp_path: Pat
             assert [(e["job"], e["attempt"]) for e in events(cb) if e["event"] == "start"] == [(job, 1)]
         assert "stepping down as leader" in a.log.read_text()
     finally:
+        if agent is not None:
+            agent.close()
+        a.kill()
+        b.stop()
+
+
+def node(srv: Server, name: str) -> dict[str, Any]:
+    with srv.client() as c:
+        found: dict[str, Any] = next(n for n in c.get("/v1/nodes").json()["nodes"] if n["name"] == name)
+        return found
+
+
+def test_a_node_heard_by_one_replica_is_alive_on_all(pg_url: str, tmp_path: Path) -> None:
+    a, b = replicas(pg_url, tmp_path, extra=["--lost-after", "6"])
+    agent = None
+    stop = threading.Event()
+    refused: list[str] = []
+    try:
+        agent = FakeAgent(a, "dgx01", 8, "H100-80GB")
+        agent.register()
+        incarnation = agent.incarnation
+
+        def beat() -> None:  # its heartbeats reach replica b only, every second
+            with b.client(agent.token) as beats:
+                while not stop.wait(1.0):
+                    r = beats.post("/v1/agents/dgx01/heartbeat", json={"incarnation": incarnation})
+                    if r.status_code != 200:
+                        refused.append(r.text)
+
+        beats = threading.Thread(target=beat, daemon=True)
+        beats.start()
+        for _ in range(14):  # more than twice --lost-after: replica a alone would have lost it
+            time.sleep(1)
+            assert (node(a, "dgx01")["state"], node(a, "dgx01")["responding"]) == ("up", True)
+        a.stop()  # a replica's restart does not mark nodes heard through another one unheard
+        a.start()
+        assert (node(a, "dgx01")["state"], node(a, "dgx01")["responding"]) == ("up", True)
+        time.sleep(8)
+        assert (node(a, "dgx01")["state"], node(a, "dgx01")["responding"]) == ("up", True)
+        stop.set()
+        beats.join(10)
+        assert refused == []
+        # silent now: declared lost (6 s, and a few of sharing)
+        wait_for(lambda: node(b, "dgx01")["state"] == "lost", timeout=30, interval=0.5)
+        assert "Traceback" not in a.log.read_text() + b.log.read_text()
+    finally:
+        stop.set()
         if agent is not None:
             agent.close()
         a.kill()
