@@ -220,3 +220,25 @@ def test_a_node_heard_by_one_replica_is_alive_on_all(pg_url: str, tmp_path: Path
             agent.close()
         a.kill()
         b.stop()
+
+
+def test_tokens_and_login_codes_hold_on_every_replica(pg_url: str, tmp_path: Path) -> None:
+    a, b = replicas(pg_url, tmp_path)
+    try:
+        member = a.token("ada", "member", team="research")
+        with b.client(member) as on_b:
+            assert on_b.get("/v1/jobs").status_code == 200  # cached on b now
+            with a.client() as admin:
+                token_id = next(
+                    t["id"] for t in admin.get("/v1/tokens").json()["tokens"] if t["name"] == "ada"
+                )
+                assert admin.delete(f"/v1/tokens/{token_id}").status_code == 200  # revoked through a
+            # refused on b too, within about a second (the cache is dropped on the change's mark)
+            wait_for(lambda: on_b.get("/v1/jobs").status_code == 401, timeout=10, interval=0.2)
+        with a.client() as admin:
+            code = admin.post("/v1/login-links").json()["code"]  # made through a
+        assert httpx.post(b.url + "/login", json={"code": code}).json() == {"token": a.admin_token}
+        assert httpx.post(a.url + "/login", json={"code": code}).status_code == 401  # used once
+    finally:
+        a.kill()
+        b.stop()

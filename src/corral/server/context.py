@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine, func, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from corral.core.state import ClusterState
-from corral.server.auth import TokenCache
+from corral.server.auth import TokenCache, changed_mark
 from corral.server.cluster import ClusterModel, get_setting
 from corral.server.doorbell import bell_for, doorbell_for
 from corral.server.in_force import load_view
@@ -192,6 +192,7 @@ class Context:
         self._model_lock = threading.Lock()
         self._model: tuple[ClusterModel, ClusterState] | None = None
         self._config_mark: tuple[str | None, ...] = ()
+        self._tokens_mark: str | None = None  # `auth.changed_mark` as last read
         self.auth_failures = FailedAuthThrottle()  # per client address (server/throttle.py)
         self.nodes_version = 0  # bumped by every invalidate_model(): a node changed here
         self.doorbell = doorbell_for("api", engines)
@@ -243,11 +244,17 @@ class Context:
 
     def _recheck_config(self) -> None:
         """Drop the cluster view when the configuration settings changed behind this process (the
-        scheduler refused a revision and put the last good one back, or a script wrote one)."""
-        if self._model is None:
-            return
+        scheduler refused a revision and put the last good one back, or a script wrote one); drop
+        the token cache when a token was revoked or bound through another replica."""
         with self.engines.reader.connect() as conn:
             mark = _config_mark(conn)
+            tokens = changed_mark(conn)
+        if tokens != self._tokens_mark:  # revoked or bound through another replica
+            if self._tokens_mark is not None or tokens is not None:
+                self.tokens.clear()
+            self._tokens_mark = tokens
+        if self._model is None:
+            return
         if mark != self._config_mark:
             log.info("the configuration in force changed; reloading the cluster view")
             self.invalidate_model()
