@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 from sqlalchemy import Connection, select, update
+from sqlalchemy.exc import OperationalError
 
 from corral.protocol import StopWhy
 from corral.server.allocations import attempts_on
@@ -175,6 +176,8 @@ class Liveness:
                 log.warning("could not share heartbeat times: %s", exc)
             try:
                 self.check()
+            except OperationalError as exc:  # the database is away (failing over): said, not a traceback
+                log.warning("liveness check: the database did not answer (%s)", exc.__class__.__name__)
             except Exception:  # the next round tries again; a dead thread would lose nodes silently
                 log.exception("liveness check")
 
