@@ -77,7 +77,7 @@ def test_failover_across_hosts(tmp_path: Path) -> None:
         plan = ["kill"] * KILLS + ["cut"] * CUTS
         plan = [plan[i] for i in sorted(range(len(plan)), key=lambda i: (i * 7) % len(plan))]  # interleaved
         for what in plan:
-            time.sleep(3)  # decisions flow under the leader
+            time.sleep(2)  # decisions flow under the leader
             old = wait_for(ha.leader, timeout=60, interval=0.2)
             other = next(r for r in REPLICAS if r != old)
             epoch = ha.health(old)["epoch"]

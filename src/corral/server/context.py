@@ -211,6 +211,7 @@ class Context:
         self.outbox.close()
         self.writer.close()
         self.doorbell.close()
+        self.scheduler_bell.close()
         self.engines.dispose()
 
     def _listen(self) -> None:

@@ -76,6 +76,9 @@ class Bell:
             with contextlib.suppress(OSError):
                 self.sock.sendto(b"!", self._target)
 
+    def close(self) -> None:
+        self.sock.close()
+
 
 class Waker(Protocol):
     """What a process waits on: `Doorbell`, or `pg_wake.PgDoorbell` on PostgreSQL."""
@@ -89,6 +92,7 @@ class Waker(Protocol):
 
 class Ringer(Protocol):
     def ring(self) -> None: ...
+    def close(self) -> None: ...
 
 
 def doorbell_for(name: str, engines: Engines) -> Waker:

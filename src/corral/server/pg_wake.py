@@ -78,10 +78,15 @@ class PgBell:
         self.channels = [CHANNEL_PREFIX + n for n in names]
         self._info = conninfo(url)
         self._rung = threading.Event()
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._send, name="corral-notify", daemon=True)
         self._thread.start()
 
     def ring(self) -> None:
+        self._rung.set()
+
+    def close(self) -> None:
+        self._stop.set()
         self._rung.set()
 
     def _send(self) -> None:
@@ -89,6 +94,11 @@ class PgBell:
         while True:
             self._rung.wait()
             self._rung.clear()
+            if self._stop.is_set():
+                if conn is not None:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.close()
+                return
             try:
                 if conn is None or conn.closed:
                     conn = psycopg.connect(self._info, autocommit=True, connect_timeout=5)

@@ -68,6 +68,7 @@ class Replica:
                 self.scheduler.run()  # returns when deposed (or stopped)
             finally:
                 self.scheduler.doorbell.close()
+                self.scheduler.api_bell.close()
                 self.scheduler = None
         except SQLAlchemyError as exc:  # the database is away: stand by, try again
             what = exc.__class__.__name__
