@@ -137,8 +137,10 @@ class Lease:
         self.other = None
         metrics.LEADER_TAKEOVERS.inc()
         log.warning("leader lease taken: epoch %d (holder %s)", epoch, self.holder)
-        self._stop.clear()
-        self._renewer = threading.Thread(target=self._renew_loop, name="corral-lease", daemon=True)
+        self._stop = threading.Event()  # this epoch's: the thread of an earlier one keeps its own, set
+        self._renewer = threading.Thread(
+            target=self._renew_loop, args=(epoch, self._stop), name="corral-lease", daemon=True
+        )
         self._renewer.start()
         return True
 
@@ -162,7 +164,7 @@ class Lease:
                 .values(expires_at=now + self.lease)
             ).rowcount
         if changed != 1:
-            self.step_down(f"the lease's epoch is no longer {epoch}")
+            self.step_down(f"the lease's epoch is no longer {epoch}", epoch)
             return False
         with self._lock:
             if self.epoch == epoch:
@@ -170,8 +172,9 @@ class Lease:
         metrics.LEASE_RENEWALS.inc()
         return True
 
-    def _renew_loop(self) -> None:
-        while not self._stop.wait(RENEW_EVERY):
+    def _renew_loop(self, epoch: int, stop: threading.Event) -> None:
+        """Renew `epoch` until `stop` (this epoch's own event: a later epoch has its own thread)."""
+        while not stop.wait(RENEW_EVERY) and self.epoch == epoch:
             try:
                 if not self.renew():
                     return
@@ -179,28 +182,29 @@ class Lease:
                 metrics.LEASE_RENEW_FAILURES.inc()
                 log.warning("could not renew the leader lease: %s", exc)
             if not self.valid():
-                self.step_down("the lease could not be renewed in time")
+                self.step_down("the lease could not be renewed in time", epoch)
                 return
 
     def fence(self, conn: Connection) -> None:
         """In a transaction about to write decisions: raise `Deposed` unless the lease is still ours."""
         epoch = self.epoch
         if not self.valid():
-            self._refused(f"the lease (epoch {epoch}) was not renewed in time")
+            self._refused(f"the lease (epoch {epoch}) was not renewed in time", epoch)
         lead = schema.leader
         found = conn.execute(select(lead.c.epoch, lead.c.holder).where(lead.c.id == 1)).first()
         if found is None or found.epoch != epoch or found.holder != self.holder:
             newer = found.epoch if found is not None else 0
-            self._refused(f"epoch {newer} replaced epoch {epoch}")
+            self._refused(f"epoch {newer} replaced epoch {epoch}", epoch)
 
-    def _refused(self, why: str) -> None:
+    def _refused(self, why: str, epoch: int) -> None:
         metrics.STALE_COMMITS_REFUSED.inc()
-        self.step_down(why)
+        self.step_down(why, epoch)
         raise Deposed(why)
 
-    def step_down(self, why: str) -> None:
+    def step_down(self, why: str, epoch: int | None = None) -> None:
+        """Decide nothing more (under `epoch` only, when given: a later one of this process stays)."""
         with self._lock:
-            if self.epoch == 0:
+            if self.epoch == 0 or (epoch is not None and epoch != self.epoch):
                 return
             log.error("stepping down as leader (epoch %d): %s", self.epoch, why)
             self.epoch = 0
