@@ -1,8 +1,8 @@
 """Clients of two `corral server` replicas on one PostgreSQL (real processes on loopback).
 
-Replica A runs the scheduler, replica B serves the API only (`--no-scheduler`): leader election
-between replicas is not this file's business, only what the clients promise (docs/cli.md,
-"Several servers"): a client given both addresses loses and duplicates no submission when the
+Both replicas run a scheduler; A, started first, holds the leader lease and B stands by (the
+lease itself is tests/server/test_ha.py's business). This file checks what the clients promise
+(docs/cli.md, "Several servers"): a client given both addresses loses and duplicates no submission when the
 replica it uses is killed with -9 mid-request, the CLI works with a dead first address, and an
 agent given both addresses keeps its lease and its work when its replica dies.
 """
@@ -41,7 +41,7 @@ def replicas(tmp_path: Path) -> Iterator[tuple[Server, Server]]:
         pytest.skip(f'{PG_ENV} is not set: start one with `eval "$(bash scripts/postgres.sh start)"`')
     url, name = fresh_postgres(admin)
     a = Server(url, tmp_path / "a", LAB, extra=["--lost-after", "30"])
-    b = Server(url, tmp_path / "b", None, extra=["--lost-after", "30", "--no-scheduler"])
+    b = Server(url, tmp_path / "b", None, extra=["--lost-after", "30"])
     try:
         a.start()
         b.start()

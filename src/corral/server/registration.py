@@ -15,7 +15,7 @@ from corral.config.gpu_models import normalise_gpu_model
 from corral.core.model import NodeName, NodeSpec, NodeState
 from corral.protocol import HEARTBEAT_INTERVAL, LocalAttempt, Registered, Registration
 from corral.server.allocations import placed_on
-from corral.server.auth import Principal
+from corral.server.auth import Principal, tokens_changed
 from corral.server.cluster import cluster_event, node_spec_of, node_values
 from corral.server.context import Context
 from corral.server.errors import ApiError
@@ -51,6 +51,7 @@ def register_node(ctx: Context, who: Principal, reg: Registration, conn: Connect
         ).rowcount
         if bound != 1:
             raise ApiError(403, "this join token is already bound to another node")
+        tokens_changed(conn)
         ctx.tokens.forget(who.token_id)
     try:
         spec = NodeSpec(

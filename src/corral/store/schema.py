@@ -282,3 +282,36 @@ idempotency_keys = Table(
     Index("ux_idempotency_user_key", "user", "key", unique=True),
     Index("ix_idempotency_created", "created_at"),
 )
+
+# the scheduler's leader lease (one row, id 1; `server/leader.py`): who decides, under which
+# epoch (raised by every takeover: the fencing token every scheduler commit checks), and until
+# when (the database's clock, Unix seconds)
+leader = Table(
+    "leader",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("holder", String(200), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("since", Float, nullable=False),  # when this epoch began
+)
+
+# when each node was last heard of by any API replica (the database's clock), written in batches
+# by every replica (`server/heard.py`), so a node's liveness does not depend on which replica its
+# heartbeats reach
+node_heard = Table(
+    "node_heard",
+    metadata,
+    Column("node", String(200), primary_key=True),
+    Column("heard_at", Float, nullable=False),
+)
+
+# one-time dashboard login codes (`dashboard.LoginLinks`): any replica may redeem a code another
+# made. The token is stored sealed with the code (only the code's SHA-256 is stored)
+login_codes = Table(
+    "login_codes",
+    metadata,
+    Column("hash", String(64), primary_key=True),
+    Column("sealed", Text, nullable=False),
+    Column("expires_at", Float, nullable=False),
+)
