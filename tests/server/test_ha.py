@@ -182,7 +182,9 @@ def node(srv: Server, name: str) -> dict[str, Any]:
 
 
 def test_a_node_heard_by_one_replica_is_alive_on_all(pg_url: str, tmp_path: Path) -> None:
-    a, b = replicas(pg_url, tmp_path, extra=["--lost-after", "6"])
+    # not responding after half of --lost-after (6 s): more than what sharing adds to a heartbeat's
+    # age (a beat a second, written by b and read by a every 2 s each, slower on a loaded machine)
+    a, b = replicas(pg_url, tmp_path, extra=["--lost-after", "12"])
     agent = None
     stop = threading.Event()
     refused: list[str] = []
@@ -200,7 +202,7 @@ def test_a_node_heard_by_one_replica_is_alive_on_all(pg_url: str, tmp_path: Path
 
         beats = threading.Thread(target=beat, daemon=True)
         beats.start()
-        for _ in range(14):  # more than twice --lost-after: replica a alone would have lost it
+        for _ in range(26):  # more than twice --lost-after: replica a alone would have lost it
             time.sleep(1)
             assert (node(a, "dgx01")["state"], node(a, "dgx01")["responding"]) == ("up", True)
         a.stop()  # a replica's restart does not mark nodes heard through another one unheard
@@ -211,8 +213,8 @@ def test_a_node_heard_by_one_replica_is_alive_on_all(pg_url: str, tmp_path: Path
         stop.set()
         beats.join(10)
         assert refused == []
-        # silent now: declared lost (6 s, and a few of sharing)
-        wait_for(lambda: node(b, "dgx01")["state"] == "lost", timeout=30, interval=0.5)
+        # silent now: declared lost (12 s, and a few of sharing)
+        wait_for(lambda: node(b, "dgx01")["state"] == "lost", timeout=40, interval=0.5)
         assert "Traceback" not in a.log.read_text() + b.log.read_text()
     finally:
         stop.set()
