@@ -128,7 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help=f"comma-separated replays: {', '.join(CASES)}")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
     parser.add_argument("--reasons", action="store_true", help="hash every cycle's reasons too")
+    parser.add_argument(
+        "--search-again",
+        action="store_true",
+        help="search every reservation again instead of answering from memory (interpreted core only)",
+    )
     args = parser.parse_args(argv)
+    if args.search_again:
+        from corral.core import reserve
+
+        reserve.REMEMBER = False
     names = args.only.split(",") if args.only else QUICK if args.quick else list(CASES)
     unknown = [n for n in names if n not in CASES]
     if unknown:

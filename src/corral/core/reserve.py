@@ -25,8 +25,34 @@ class Reservation:
     capacity: tuple[tuple[int, int], ...]  # (node id, GPUs)
 
 
-def earliest_fit(state: ClusterState, req: Request, now: float) -> Reservation | None:
+_MEMO_SIZE = 4096  # requests remembered at most (the memory is emptied when full)
+REMEMBER = True  # bench/replay_hashes.py --search-again turns the memory off (interpreted) to compare
+
+
+def earliest_fit(state: ClusterState, req: Request, now: float, remember: bool = True) -> Reservation | None:
     """When and where the gang first fits as attempts end; None if never (no time limits).
+
+    Remembered per request while the state is the same (`ClusterState.base_id` and the reserved
+    GPUs): the search is a function of the state alone (the index keeps no trace of tentative
+    work), and of `now` only through `max(end, now)`.
+    """
+    base, key = state.base_id, tuple(state.reserved_at.items())
+    known = state.fit_memo.get(req)
+    if remember and REMEMBER and known is not None and known[0] == base and known[1] == key:
+        found = known[2]
+    else:
+        found = _earliest_fit(state, req, -INFINITY)
+        if len(state.fit_memo) >= _MEMO_SIZE:
+            state.fit_memo.clear()
+        if state.base_id == base:  # (the search leaves the state as it found it)
+            state.fit_memo[req] = (base, key, found)
+    if not isinstance(found, Reservation):
+        return None
+    return found if found.start >= now else Reservation(found.job, now, found.capacity)
+
+
+def _earliest_fit(state: ClusterState, req: Request, now: float) -> Reservation | None:
+    """`earliest_fit`, searched.
 
     Attempts are released in order of expected end. A count of free GPUs kept outside the state
     (`_first_possible`) finds the first release after which some domain the gang may use (one

@@ -109,6 +109,15 @@ class ClusterState:
         # bumped whenever a node's GPUs change (allocated, held, reserved, healthy, up, exclusive):
         # every such change goes through `_refresh`
         self.node_version = 0
+        # names the state apart from reserved GPUs: a fresh id after every other change of what a
+        # reservation search reads (GPUs, CPUs, memory, nodes, running attempts and their ends);
+        # undoing a change through the plan gives back the id from before it (the index keeps no
+        # trace of tentative work: `index`), so equal ids mean equal states
+        self.base_id = 0
+        self._last_id = 0
+        self.reserved_at: dict[int, int] = {}  # node -> reserved GPUs, where any
+        # `reserve.earliest_fit` answers per request: (base id, reserved GPUs, answer)
+        self.fit_memo: dict[Request, tuple[int, tuple[tuple[int, int], ...], object]] = {}
         self._interned: dict[tuple[object, ...], int] = {}
         self._last_interned = 0
         self._intern_cap = 1 << 16
@@ -206,12 +215,15 @@ class ClusterState:
         self.total_memory += spec.memory_gib
         self.generation += 1
         self.caches = Caches()
+        self.fit_memo = {}
+        self._new_id()
         self._refresh(node)
         return node
 
     def set_node_state(self, name: NodeName, state: NodeState) -> None:
         node = self.node_ids[name]
         self.node_state[node] = state
+        self._new_id()
         if state is NodeState.UP:
             self.unschedulable.discard(node)
         else:
@@ -222,6 +234,7 @@ class ClusterState:
         node = self.node_ids[name]
         bit = 1 << gpu
         self.healthy[node] = (self.healthy[node] | bit) if healthy else (self.healthy[node] & ~bit)
+        self._new_id()
         self._refresh(node)
 
     def free_mask(self, node: int) -> int:
@@ -245,6 +258,10 @@ class ClusterState:
             return 0
         free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
         return max(0, free.bit_count() - self.reserved[node] + gpus)
+
+    def _new_id(self) -> None:
+        self._last_id += 1
+        self.base_id = self._last_id
 
     def _refresh(self, node: int) -> None:
         """Recompute a node's available count and move it in the buckets (`available`, inlined:
@@ -271,15 +288,35 @@ class ClusterState:
         """Allocate GPUs (and CPUs, memory) of a node; undone by rollback."""
         if self.alloc[node] & mask:
             raise InvariantError(f"GPU mask {mask:#x} of node {self.specs[node].name} is already allocated")
+        before = self.base_id
         self._hold_resources(node, mask, cpus, memory, exclusive, True)
-        self.plan.record(self._hold_resources, node, mask, cpus, memory, exclusive, False)
+        self.plan.record(self._undo_hold, node, mask, cpus, memory, exclusive, False, before, self.base_id)
 
     def give_back(self, node: int, mask: int, cpus: int, memory: float, exclusive: bool) -> None:
         """Release GPUs of a node; undone by rollback."""
         if self.alloc[node] & mask != mask:
             raise InvariantError(f"GPU mask {mask:#x} of node {self.specs[node].name} is not allocated")
+        before = self.base_id
         self._hold_resources(node, mask, cpus, memory, exclusive, False)
-        self.plan.record(self._hold_resources, node, mask, cpus, memory, exclusive, True)
+        self.plan.record(self._undo_hold, node, mask, cpus, memory, exclusive, True, before, self.base_id)
+
+    def _undo_hold(
+        self,
+        node: int,
+        mask: int,
+        cpus: int,
+        memory: float,
+        exclusive: bool,
+        held: bool,
+        before: int,
+        after: int,
+    ) -> None:
+        """Undo a change that moved the base id from `before` to `after`: the state is the one named
+        `before` again, unless some change outside the plan came in between (a fresh id then)."""
+        same = self.base_id == after
+        self._hold_resources(node, mask, cpus, memory, exclusive, held)
+        if same:
+            self.base_id = before
 
     def _hold_resources(
         self, node: int, mask: int, cpus: int, memory: float, exclusive: bool, held: bool
@@ -291,6 +328,7 @@ class ClusterState:
         self.free_memory[node] -= sign * memory
         if exclusive:
             self.exclusive[node] = held
+        self._new_id()
         self._refresh(node)
 
     def set_reserved(self, node: int, count: int) -> None:
@@ -303,14 +341,26 @@ class ClusterState:
 
     def _set_reserved_raw(self, node: int, count: int) -> None:
         self.reserved[node] = count
+        if count:
+            self.reserved_at[node] = count
+        else:
+            self.reserved_at.pop(node, None)
         self._refresh(node)
 
     def set_held(self, node: int, mask: int) -> None:
-        self.plan.record(self._set_held_raw, node, self.held[node])
+        before, old = self.base_id, self.held[node]
         self._set_held_raw(node, mask)
+        self.plan.record(self._undo_held, node, old, before, self.base_id)
+
+    def _undo_held(self, node: int, mask: int, before: int, after: int) -> None:
+        same = self.base_id == after  # as `_undo_hold`
+        self._set_held_raw(node, mask)
+        if same:
+            self.base_id = before
 
     def _set_held_raw(self, node: int, mask: int) -> None:
         self.held[node] = mask
+        self._new_id()
         self._refresh(node)
 
     def add_queue_use(self, queue: QueueState, gpus: int, cpus: int, memory: float) -> None:
@@ -478,9 +528,18 @@ class ClusterState:
         self._start_seq += 1
         attempt.end_key = (attempt.expected_end, self._start_seq, job_id)
         insort(self.by_end, attempt.end_key)
-        self.plan.record(self._remove_running_raw, job_id)
+        before = self.base_id
+        self._new_id()
+        self.plan.record(self._undo_running, job_id, before, self.base_id)
+
+    def _undo_running(self, job_id: JobId, before: int, after: int) -> None:
+        same = self.base_id == after  # as `_undo_hold`
+        self._remove_running_raw(job_id)
+        if same:
+            self.base_id = before
 
     def _remove_running_raw(self, job_id: JobId) -> RunningAttempt:
+        self._new_id()
         attempt = self.running.pop(job_id)
         self.occupancy.remove(attempt)
         self._drop_end_key(attempt)
@@ -499,6 +558,7 @@ class ClusterState:
         With `requeue` the job returns to pending with its service so far; otherwise it is gone.
         """
         attempt = self.running.pop(job_id)
+        self._new_id()
         self.occupancy.remove(attempt)
         self._drop_end_key(attempt)
         spec = attempt.job.spec
@@ -539,6 +599,7 @@ class ClusterState:
         self._drop_end_key(attempt)
         attempt.preempting_deadline = deadline
         attempt.preempted_by = by
+        self._new_id()
         self._start_seq += 1
         attempt.end_key = (attempt.expected_end, self._start_seq, job_id)
         insort(self.by_end, attempt.end_key)
