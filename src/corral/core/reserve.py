@@ -67,8 +67,11 @@ def _earliest_fit(state: ClusterState, req: Request, now: float) -> Reservation 
     if not ends:
         return None
     last = len(state.topology.span_names) - 1
-    if req.gpus_per_replica == 0 or req.max_span >= last:
-        return _search(state, req, now, ends, 0)  # anywhere: the search's own count check suffices
+    if req.gpus_per_replica == 0:
+        return _search(state, req, now, ends, 0, 0)
+    if req.max_span >= last:  # anywhere: the search's own count check, counted ahead
+        first, _ = _first_possible(state, req, ends)
+        return None if first is None else _search(state, req, now, ends, 0, first)
     first, where = _first_possible(state, req, ends)
     if first is None:
         return None  # even once every attempt with an end has ended, no domain has GPUs enough
@@ -76,7 +79,7 @@ def _earliest_fit(state: ClusterState, req: Request, now: float) -> Reservation 
         found = _fits_inside(state, req, ends[: first + 1], where)
         if found is not None:
             return Reservation("", max(ends[first][0], now), tuple(found))
-    return _search(state, req, now, ends, first)
+    return _search(state, req, now, ends, first, first)
 
 
 def _placed_counts(state: ClusterState, req: Request) -> list[tuple[int, int]] | None:
@@ -115,14 +118,25 @@ def _fits_inside(
 
 
 def _search(
-    state: ClusterState, req: Request, now: float, ends: Sequence[tuple[float, int, JobId]], first: int
+    state: ClusterState,
+    req: Request,
+    now: float,
+    ends: Sequence[tuple[float, int, JobId]],
+    first: int,
+    counted: int,
 ) -> Reservation | None:
-    """Release every attempt in order from the start; galloping then binary search from `first`."""
+    """Release every attempt in order from the start; galloping then binary search from `first`.
+
+    Before release `counted` the count check is known to fail (`_first_possible`): those probes
+    answer at once, without releasing or rolling back (the index keeps no trace of either, so
+    the answer is the same)."""
     base = state.plan.checkpoint()
     marks: list[int] = []  # marks[i]: plan checkpoint before release i
     g = max(1, req.gpus_per_replica)
 
     def fits_after(last: int) -> list[tuple[int, int]] | None:
+        if last < counted:
+            return None
         if len(marks) > last + 1:
             state.plan.rollback(marks[last + 1])
             del marks[last + 1 :]
