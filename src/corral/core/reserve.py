@@ -59,19 +59,21 @@ def _earliest_fit(state: ClusterState, req: Request, now: float) -> Reservation 
     node, one leaf, ...) has GPUs enough for it by count: nothing fits before. Only the attempts
     that touch that domain are released and the gang placed once: only that domain can hold it
     then. A gang that may spread over the cluster (or when that placement fails: NVLink groups,
-    CPUs, memory) has every attempt released in order and the gang placed after
+    CPUs, memory) has every attempt released in order and the gang placed after the first
+    release at which the count suffices (the cluster's, for a gang that may spread over it), then
     1, 2, 4, ... more releases, then a binary search over the last stretch finds the first
-    release after which it fits: O(log n) placements, not one per release.
+    release after which it fits: O(log n) placements, not one per release. (Where placing is not
+    monotone in releases, the answer depends on where the galloping starts.)
     """
     ends = state.by_end[: bisect_left(state.by_end, (INFINITY,))]  # attempts without an end last
     if not ends:
         return None
     last = len(state.topology.span_names) - 1
     if req.gpus_per_replica == 0:
-        return _search(state, req, now, ends, 0, 0)
-    if req.max_span >= last:  # anywhere: the search's own count check, counted ahead
+        return _search(state, req, now, ends, 0)
+    if req.max_span >= last:  # anywhere: nothing fits before the cluster has GPUs enough by count
         first, _ = _first_possible(state, req, ends)
-        return None if first is None else _search(state, req, now, ends, 0, first)
+        return None if first is None else _search(state, req, now, ends, first)
     first, where = _first_possible(state, req, ends)
     if first is None:
         return None  # even once every attempt with an end has ended, no domain has GPUs enough
@@ -79,7 +81,7 @@ def _earliest_fit(state: ClusterState, req: Request, now: float) -> Reservation 
         found = _fits_inside(state, req, ends[: first + 1], where)
         if found is not None:
             return Reservation("", max(ends[first][0], now), tuple(found))
-    return _search(state, req, now, ends, first, first)
+    return _search(state, req, now, ends, first)
 
 
 def _placed_counts(state: ClusterState, req: Request) -> list[tuple[int, int]] | None:
@@ -123,20 +125,14 @@ def _search(
     now: float,
     ends: Sequence[tuple[float, int, JobId]],
     first: int,
-    counted: int,
 ) -> Reservation | None:
-    """Release every attempt in order from the start; galloping then binary search from `first`.
-
-    Before release `counted` the count check is known to fail (`_first_possible`): those probes
-    answer at once, without releasing or rolling back (the index keeps no trace of either, so
-    the answer is the same)."""
+    """Release every attempt in order from the start; galloping then binary search from `first`
+    (before which nothing fits by count)."""
     base = state.plan.checkpoint()
     marks: list[int] = []  # marks[i]: plan checkpoint before release i
     g = max(1, req.gpus_per_replica)
 
     def fits_after(last: int) -> list[tuple[int, int]] | None:
-        if last < counted:
-            return None
         if len(marks) > last + 1:
             state.plan.rollback(marks[last + 1])
             del marks[last + 1 :]
