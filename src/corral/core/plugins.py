@@ -13,7 +13,8 @@ from typing import Protocol
 from corral.core.decisions import Reason
 from corral.core.jobs import PendingJob, QueueState, RunningAttempt
 from corral.core.model import JobSpec, QueueName
-from corral.core.state import ClusterState, NodeClass
+from corral.core.nodes import NodeClass
+from corral.core.state import ClusterState
 
 
 class JobOrder(Protocol):
