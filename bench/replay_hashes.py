@@ -9,7 +9,8 @@ Run the same command on the code before and after a change and compare the lines
 Each line: the replay's name, its event log's SHA-256 and event count, and with `--reasons` the
 SHA-256 of every cycle's reasons (job id, code and sentence of each job the cycle looked at and
 did not start, sorted by job id; the reason of the jobs it did not reach; its `next_wake`), and
-the seconds (wall and CPU) it took.
+the seconds (wall and CPU) it took. `--search-again` answers no reservation search from memory
+(`reserve.earliest_fit`), to show the memory changes nothing (interpreted core only).
 """
 
 from __future__ import annotations
