@@ -8,8 +8,9 @@ from fnmatch import fnmatchcase
 
 from corral.core.jobs import shape_of
 from corral.core.model import JobSpec, Launch
+from corral.core.nodes import NodeClass
 from corral.core.placement import Request
-from corral.core.state import ClusterState, NodeClass
+from corral.core.state import ClusterState
 
 
 def allows(spec: JobSpec, node_class: NodeClass) -> bool:
