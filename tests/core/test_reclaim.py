@@ -106,3 +106,18 @@ def test_the_rule_never_takes_from_a_queue_at_or_below_its_quota(
     victim.alloc_gpus = max(0, quotas[1] + offsets[1])
     if can_reclaim(state, taker, need, victim, freed, surplus):
         assert victim.effective_gpus > victim.spec.quota
+
+
+def test_a_small_job_reclaims_though_a_larger_one_ahead_of_it_in_its_queue_may_not() -> None:
+    """Issue 16 (a queue sat below its quota for hours with one-GPU jobs waiting): b's first
+    waiting job (8 GPUs) would take b above its quota, so it has no reclaim victims; that must
+    not stop b's next job (1 GPU, within b's quota) from taking back a GPU that a lends."""
+    qs = [QueueSpec(A, quota=8, cohort="lab"), QueueSpec(B, quota=8, cohort="lab")]
+    state = state_of(nodes(2, 8), qs)
+    occupy(state, "a1", "n00", range(8), queue="a", now=0.0)
+    occupy(state, "a2", "n01", range(4), queue="a", now=0.0)  # a borrows 4 above its quota
+    occupy(state, "b1", "n01", range(4, 8), queue="b", now=0.0)  # b holds 4 of its 8
+    state.submit(job("big", "b", gpus=8, submit=10.0))  # 4 + 8 > 8: may not reclaim
+    state.submit(job("small", "b", gpus=1, submit=20.0))  # 4 + 1 <= 8: may
+    result = run(state, 1000.0)  # past the victims' min_runtime
+    assert [(p.job, p.by) for p in result.preemptions] == [("a2", "small")]
