@@ -9,7 +9,8 @@ Run the same command on the code before and after a change and compare the lines
 Each line: the replay's name, its event log's SHA-256 and event count, and with `--reasons` the
 SHA-256 of every cycle's reasons (job id, code and sentence of each job the cycle looked at and
 did not start, sorted by job id; the reason of the jobs it did not reach; its `next_wake`), and
-the seconds (wall and CPU) it took.
+the seconds (wall and CPU) it took. `--search-again` answers no reservation search from memory
+(`reserve.earliest_fit`), to show the memory changes nothing (interpreted core only).
 """
 
 from __future__ import annotations
@@ -128,7 +129,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help=f"comma-separated replays: {', '.join(CASES)}")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
     parser.add_argument("--reasons", action="store_true", help="hash every cycle's reasons too")
+    parser.add_argument(
+        "--search-again",
+        action="store_true",
+        help="search every reservation again instead of answering from memory (interpreted core only)",
+    )
     args = parser.parse_args(argv)
+    if args.search_again:
+        from corral.core import reserve
+
+        reserve.REMEMBER = False
     names = args.only.split(",") if args.only else QUICK if args.quick else list(CASES)
     unknown = [n for n in names if n not in CASES]
     if unknown:

@@ -1,7 +1,7 @@
 """Control-plane benchmarks against a real `corral server` (API and scheduler processes).
 
 Run: `.venv/bin/python bench/server_bench.py [--only submit,latency,restart] [--quick] [--json OUT]
-[--database-url URL] [--clients N] [--threads T] [--duration S]`.
+[--database-url URL] [--clients N] [--threads T] [--duration S] [--replicas N] [--keyed]`.
 
 Each scenario starts its own `corral server` subprocess on a fresh database (SQLite in a temporary
 directory, or a fresh database on the PostgreSQL server that `--database-url` names, dropped
@@ -13,7 +13,9 @@ afterwards) and measures it from outside, over HTTP, the way users and agents re
   loop), sending small valid job specs; a warm-up, then a measured window. Also: the latency of
   a submission under that load, the CPU of the API and scheduler processes, and of the clients.
   The lab cluster (4 nodes, none registered) keeps every job pending, so the scheduler still
-  runs a cycle over the growing backlog as submissions arrive.
+  runs a cycle over the growing backlog as submissions arrive. `--replicas N` (PostgreSQL): the
+  load spread over N API replicas, one scheduler (bench/server_replicas.py); `--keyed`: an
+  `Idempotency-Key` on each submission.
 - `latency`: submit-to-decision latency on an idle cluster (target p99 <= 100 ms): one node
   registered, one job at a time; the figure is from sending the POST until the node's agent
   long poll (`/v1/agents/{node}/assignments?wait=5`) returns the start order, the true path
@@ -51,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -89,6 +92,8 @@ INFO: dict[str, list[tuple[str, str]]] = {
         ("acked", "acknowledged in the window"),
         ("errors", "errors"),
         ("stored_ok", "every acknowledged job stored"),
+        ("cycle_mean_ms", "scheduler cycle mean ms in the window"),
+        ("cycles", "scheduler cycles in the window"),
     ],
     "latency": [
         ("samples", "samples"),
@@ -209,10 +214,11 @@ def wait_until(fn: Callable[[], Any], timeout: float, interval: float = 0.005) -
 
 # ---- a: submissions per second --------------------------------------------------------------
 def _load_worker(port: int, token: str, threads: int, start: float, window: tuple[float, float],
-                 stop: float, out: Any) -> None:  # fmt: skip
-    """One client process: `threads` keep-alive connections in a closed loop until `stop`."""
+                 stop: float, out: Any, keyed: bool = False) -> None:  # fmt: skip
+    """One client process: `threads` keep-alive connections in a closed loop until `stop`;
+    `keyed`: each submission with a fresh `Idempotency-Key`."""
     body = json.dumps(SPEC)
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    base = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     results: list[tuple[int, int, list[float], list[str]]] = []
     lock = threading.Lock()
 
@@ -224,6 +230,7 @@ def _load_worker(port: int, token: str, threads: int, start: float, window: tupl
         while time.monotonic() < start:
             time.sleep(0.001)
         while (sent := time.monotonic()) < stop:
+            headers = {**base, "Idempotency-Key": uuid.uuid4().hex} if keyed else base
             try:
                 conn.request("POST", "/v1/jobs", body, headers)
                 response = conn.getresponse()
@@ -260,32 +267,35 @@ def _load_worker(port: int, token: str, threads: int, start: float, window: tupl
 
 
 def bench_submit(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    from bench.server_replicas import cycle_figures, cycle_histogram, start_replicas
+
     warmup, measure = (1.0, 3.0) if args.quick else (2.0, args.duration)
     with database(args.database_url, tmp) as url:
-        server = Server(url, tmp / "data", LAB)
-        server.start()
+        servers = start_replicas(url, tmp, LAB, args.replicas)
         try:
-            pid = api_pid(server)
-            sched = child_pid(pid)
-            token = server.admin_token
+            pids = [api_pid(s) for s in servers]
+            sched = child_pid(pids[0])
+            token = servers[0].admin_token
             ctx = mp.get_context("fork")
             out = ctx.Queue()
             start = time.monotonic() + 1.0
             window = (start + warmup, start + warmup + measure)
-            work = (server.port, token, args.threads, start, window, window[1], out)
-            procs = [ctx.Process(target=_load_worker, args=work) for _ in range(args.clients)]
+            ports = [servers[i % len(servers)].port for i in range(args.clients)]
+            work = (token, args.threads, start, window, window[1], out, args.keyed)
+            procs = [ctx.Process(target=_load_worker, args=(port, *work)) for port in ports]
             for p in procs:
                 p.start()
             wait_until(lambda: time.monotonic() >= window[0], warmup + 5)
-            api0, sch0 = cpu_seconds(pid), cpu_seconds(sched)
+            api0, sch0, cyc0 = sum(map(cpu_seconds, pids)), cpu_seconds(sched), cycle_histogram(servers[0])
             wait_until(lambda: time.monotonic() >= window[1], measure + 5, 0.01)
-            api1, sch1 = cpu_seconds(pid), cpu_seconds(sched)
-            restarts = server.log.read_text(errors="replace").count("restarting it")
+            api1, sch1, cyc1 = sum(map(cpu_seconds, pids)), cpu_seconds(sched), cycle_histogram(servers[0])
+            restarts = servers[0].log.read_text(errors="replace").count("restarting it")
             parts = [out.get(timeout=60) for _ in procs]
             for p in procs:
                 p.join(30)
         finally:
-            server.stop()
+            for server in servers:
+                server.stop()
         ids = {i for part in parts for i in part["ids"]}
         from sqlalchemy import create_engine, text
 
@@ -297,7 +307,9 @@ def bench_submit(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     acked = sum(part["acked"] for part in parts)
     return {
         "submits_per_s": acked / measure,
-        "client": f"{args.clients} processes x {args.threads} threads, keep-alive http.client, closed loop",
+        "client": f"{args.clients} processes x {args.threads} threads, keep-alive http.client, closed loop"
+        + (f", over {args.replicas} replicas" if args.replicas > 1 else "")
+        + (", Idempotency-Key on each" if args.keyed else ""),
         "client_cpu_pct": 100 * sum(part["cpu"] for part in parts) / (warmup + measure),
         "api_cpu_pct": 100 * (api1 - api0) / measure,
         "scheduler_cpu_pct": 100 * (sch1 - sch0) / measure,
@@ -309,6 +321,7 @@ def bench_submit(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "window_s": measure,
         "per_api_cpu_s": acked / max(1e-9, api1 - api0),
         "scheduler_restarts": restarts,
+        **cycle_figures(cyc0, cyc1),
     }
 
 
@@ -688,6 +701,11 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=6, help="submit: connections per client process (default 6)"
     )
     parser.add_argument("--duration", type=float, default=10.0, help="submit: measured seconds (default 10)")
+    parser.add_argument(
+        "--replicas", type=int, default=1,
+        help="submit: API replicas on one PostgreSQL (needs --database-url; bench/server_replicas.py)",
+    )  # fmt: skip
+    parser.add_argument("--keyed", action="store_true", help="submit: an Idempotency-Key on each submission")
     parser.add_argument("--samples", type=int, default=200, help="latency: jobs (default 200)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the temporary directories (server logs)")

@@ -29,7 +29,7 @@ from websockets.sync.client import connect
 from tests.agent.conftest import AgentProcess
 from tests.agent.test_sandbox import CLUSTER
 from tests.agent.test_security import SECRET, need, nobody
-from tests.server.harness import Server, wait_for
+from tests.server.harness import Server, free_port, wait_for
 
 CLI = [sys.executable, "-c", "from corral.cli.main import main; main()"]
 PROMPT = "corral-test$ "
@@ -284,6 +284,27 @@ def test_attach_sees_the_jobs_env_and_cwd_and_leaves_it_running(lab: Lab) -> Non
         child.close()
         assert child.exitstatus == 7
         assert lab.state_is(job_id, "running")  # exiting the shell leaves the job running
+    finally:
+        with lab.server.client(lab.alice) as c:
+            c.post(f"/v1/jobs/{job_id}/cancel")
+
+
+def test_run_and_attach_skip_a_dead_first_address(lab: Lab) -> None:
+    both = f"http://127.0.0.1:{free_port()},{lab.server.url}"  # docs/cli.md, "Several servers"
+    ok = corral(lab, lab.alice, "run", "--server", both, "--queue", "research", "--", "echo", "via-second")
+    assert ok.returncode == 0, ok.stderr
+    assert "via-second" in ok.stdout
+    job_id = submit(lab, lab.alice, gpus_per_replica=1, command=["sleep", "300"])
+    try:
+        running(lab, job_id)
+        child = spawn(lab, lab.alice, "attach", "--server", both, job_id)
+        child.expect(r"\$ ")
+        child.sendline("echo JOB=$CORRAL_JOB_ID")
+        child.expect(rf"JOB={job_id}")
+        child.sendline("exit 0")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
     finally:
         with lab.server.client(lab.alice) as c:
             c.post(f"/v1/jobs/{job_id}/cancel")

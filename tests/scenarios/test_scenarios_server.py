@@ -83,7 +83,7 @@ class Api:
         self.runner.run(self.client.aclose())
         self.runner.close()
         self.ctx.close()
-        self.ctx.scheduler_bell.sock.close()
+        self.ctx.scheduler_bell.close()
 
 
 Order = dict[str, Any]
@@ -135,7 +135,7 @@ class ServerScenario:
         self.opened.append(self.engines.dispose)
         self.scheduler = Scheduler(self.engines, clock=self.clock)  # the policy: from the revision
         self.scheduler.reason_flush = 0.0  # every step's reasons are checked: write them at once
-        self.opened += [self.scheduler.doorbell.close, self.scheduler.api_bell.sock.close]
+        self.opened += [self.scheduler.doorbell.close, self.scheduler.api_bell.close]
         self.scheduler.reload()
 
     def close(self) -> None:
@@ -231,6 +231,9 @@ class ServerScenario:
             conn.execute(
                 insert(schema.allocations),
                 [{"job_id": job_id, "attempt": 1, "node": entry["node"], "gpu": g, "live": 1} for g in gpus],
+            )
+            conn.execute(
+                insert(schema.attempt_nodes).values(job_id=job_id, attempt=1, node=entry["node"], master=True)
             )
             start = {
                 "event": "start",

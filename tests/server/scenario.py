@@ -128,7 +128,8 @@ def allocation_problems(database_url: str) -> list[str]:
 
     No (node, GPU) in two live allocations; no job with two attempts not ended; every live
     allocation belongs to an attempt not ended; every attempt not ended is its job's current one,
-    in a live job state.
+    in a live job state; every attempt not ended has in `attempt_nodes` exactly the nodes of its
+    placement, the node of replica 0 marked `master`.
     """
     engine = create_engine(database_url)
     problems: list[str] = []
@@ -157,6 +158,28 @@ def allocation_problems(database_url: str) -> list[str]:
                 "OR j.state NOT IN ('starting', 'running', 'stopping'))"
             )):  # fmt: skip
                 problems.append(f"attempt {attempt} of {job_id} is live but the job is {state} at {current}")
+            placed: dict[tuple[str, int], tuple[set[str], str]] = {}
+            recorded: dict[tuple[str, int], tuple[set[str], str]] = {}
+            for job_id, attempt, placement, node, master in conn.execute(
+                text(
+                    "SELECT a.job_id, a.attempt, a.placement, n.node, n.master FROM attempts a "
+                    "LEFT JOIN attempt_nodes n ON n.job_id = a.job_id AND n.attempt = a.attempt "
+                    "WHERE a.state != 'ended'"
+                )
+            ):  # fmt: skip  (one statement: one snapshot while the server writes)
+                names = [str(p["node"]) for p in json.loads(placement)]
+                placed[(job_id, attempt)] = (set(names), names[0] if names else "")
+                seen = recorded.setdefault((job_id, attempt), (set(), ""))
+                if node is not None:
+                    seen[0].add(node)
+                    if master:
+                        recorded[(job_id, attempt)] = (seen[0], node)
+            for key in sorted(placed):
+                if placed[key] != recorded[key]:
+                    problems.append(
+                        f"attempt {key[1]} of {key[0]}: placement {placed[key]},"
+                        f" attempt_nodes {recorded[key]}"
+                    )
     finally:
         engine.dispose()
     return problems

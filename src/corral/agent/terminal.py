@@ -64,7 +64,9 @@ def _serve(agent: Agent, order: dict[str, Any]) -> None:
     if not SESSION.match(session):
         log.warning("terminal order with a malformed session id: ignored")
         return
-    url = agent.server.replace("http", "ws", 1).rstrip("/") + f"/v1/agents/{agent.node}/terminals/{session}"
+    # the replica whose long poll carried the order (one of several addresses: client/failover.py)
+    base = agent.poller.server
+    url = base.replace("http", "ws", 1).rstrip("/") + f"/v1/agents/{agent.node}/terminals/{session}"
     try:
         with connect(
             url, additional_headers={"Authorization": f"Bearer {agent.token}"}, open_timeout=10

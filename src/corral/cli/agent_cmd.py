@@ -20,7 +20,13 @@ from corral.protocol import ProtocolMismatch
 
 @app.command(rich_help_panel="Control plane")
 def agent(
-    server: Annotated[str, typer.Option(envvar="CORRAL_SERVER", help="the server URL")],
+    server: Annotated[
+        str,
+        typer.Option(
+            envvar="CORRAL_SERVER",
+            help="the server URL, or several replicas' as URL1,URL2 (a failure moves to the next)",
+        ),
+    ],
     token: Annotated[str, typer.Option(envvar="CORRAL_AGENT_TOKEN", help="this node's agent (join) token")],
     node: Annotated[str | None, typer.Option(help="this node's name (default: the host name)")] = None,
     gpus: Annotated[
@@ -78,7 +84,7 @@ def agent(
         logging.getLogger(chatty).setLevel(logging.WARNING)
     directory = data_dir or settings.data_dir()
     found = declared_or_detected(gpus, gpu_model)
-    body = inventory(node or socket.gethostname(), found, address or address_towards(server))
+    body = inventory(node or socket.gethostname(), found, address or address_towards(server.split(",")[0]))
     sampler = None
     if gpus is None and found.count:  # found through NVML: report utilisation and memory too
         from corral.agent.nvml import open_nvml
@@ -109,7 +115,7 @@ def agent(
     try:
         runner.run(
             lambda joined: typer.echo(
-                f"Node {body['node']} joined {server} with {found.count}{model} GPUs "
+                f"Node {body['node']} joined {runner.api.server} with {found.count}{model} GPUs "
                 f"(address {body['address']}, incarnation {joined['incarnation']})."
             )
         )

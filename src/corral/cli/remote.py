@@ -35,7 +35,8 @@ ServerOpt = Annotated[
         "--server",
         metavar="URL",
         show_default=False,
-        help="server URL (default: $CORRAL_SERVER, then your config, then http://127.0.0.1:8400)",
+        help="server URL, or several replicas' as URL1,URL2 (default: $CORRAL_SERVER, then your config, "
+        "then http://127.0.0.1:8400)",
     ),
 ]
 TokenOpt = Annotated[

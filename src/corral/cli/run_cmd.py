@@ -37,7 +37,7 @@ def with_submit_flags(drop: tuple[str, ...] = ()) -> Callable[[F], F]:
     """Give a command `corral submit`'s flags (but `--json` and `drop`), before its own."""
 
     def decorate(fn: F) -> F:
-        from corral.cli.client_cmds import submit
+        from corral.cli.submit_cmd import submit
 
         theirs = typing.get_type_hints(submit, include_extras=True)
         mine = typing.get_type_hints(fn, include_extras=True)
@@ -62,7 +62,7 @@ def with_submit_flags(drop: tuple[str, ...] = ()) -> Callable[[F], F]:
 
 def spec_of(corral: Client, flags: dict[str, Any]) -> dict[str, Any]:
     """The job spec `corral submit` would send for these flags."""
-    from corral.cli.client_cmds import _gpus_shorthand
+    from corral.cli.submit_cmd import gpus_shorthand_of
     from corral.cli.submit_spec import SubmitFlags, apply_flags, load_spec_file
     from corral.core.errors import ConfigError
 
@@ -81,20 +81,20 @@ def spec_of(corral: Client, flags: dict[str, Any]) -> dict[str, Any]:
     except ConfigError as exc:
         fail(str(exc))
     if gpus is not None:
-        spec.update(_gpus_shorthand(corral, gpus))
+        spec.update(gpus_shorthand_of(corral, gpus))
     return spec
 
 
 def wait_started(corral: Client, job_id: str) -> dict[str, Any]:
     """Wait while the job is pending or starting, saying (on stderr) why each time it changes."""
-    from corral.cli.client_cmds import _why
+    from corral.cli.jobs_cmds import why_text
 
     said = ""
     while True:
         job = corral.job(job_id)
         if job["state"] not in WAITING:
             return job
-        why = f"{job_id}: {job['state']}" + (f": {_why(job)}" if _why(job) else "")
+        why = f"{job_id}: {job['state']}" + (f": {why_text(job)}" if why_text(job) else "")
         if why != said:
             typer.echo(why, err=True)
             said = why

@@ -108,7 +108,7 @@ def scheduler(
     policy: Annotated[str, typer.Option(help="scheduling policy")] = "default",
 ) -> None:
     """Run a scheduler process on its own (`corral server` starts one for you)."""
-    from corral.server.scheduler import main
+    from corral.server.replica import main
     from corral.store.inuse import hold_database
 
     url = database_url or default_database_url(data_dir())

@@ -57,7 +57,8 @@ def write_config(values: dict[str, Any]) -> Path:
 
 def resolve_connection(server: str | None, token: str | None) -> tuple[str, str | None]:
     """The server URL and token a command uses: its flags, then `CORRAL_SERVER` and
-    `CORRAL_TOKEN`, then the config file (`corral up` writes one), then the local default."""
+    `CORRAL_TOKEN`, then the config file (`corral up` writes one), then the local default.
+    The URL may name several replicas, `URL1,URL2` (the config file: a string or a list)."""
     from corral.client import DEFAULT_SERVER
 
     config: dict[str, Any] | None = None
@@ -67,6 +68,8 @@ def resolve_connection(server: str | None, token: str | None) -> tuple[str, str 
         if config is None:
             config = read_config()
         value = config.get(key)
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            return ",".join(value)  # "server": ["http://a:8400", "http://b:8400"]: replicas
         return value if isinstance(value, str) and value else None
 
     url = server or os.environ.get("CORRAL_SERVER") or from_config("server") or DEFAULT_SERVER

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from corral.client import ClientError
+from corral.client.failover import parse_servers
 
 MAX_SIZE = 1 << 16
 
@@ -42,6 +43,10 @@ def _size() -> tuple[int, int]:
         return 24, 80
 
 
+def _unreachable(server: str, exc: Exception) -> ClientError:
+    return ClientError(0, f"cannot open a terminal at {server}: {exc}", "is the server running?")
+
+
 def open_terminal(server: str, token: str, job_id: str, rank: int = 0, end: bool = False) -> int:
     """A shell inside `job_id` on rank `rank`'s node until it exits; its exit status. `end`: the
     job is an allocation that ends with this shell. ClientError when the server refuses."""
@@ -52,14 +57,24 @@ def open_terminal(server: str, token: str, job_id: str, rank: int = 0, end: bool
     query = {"rank": rank, "rows": rows, "cols": cols, "term": os.environ.get("TERM") or "xterm"}
     if end:
         query["end"] = 1
-    url = server.replace("http", "ws", 1).rstrip("/") + f"/v1/jobs/{job_id}/terminal?" + urlencode(query)
-    try:
-        with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=MAX_SIZE) as ws:
-            return _relay(ws)
-    except InvalidStatus as exc:
-        raise _refusal(exc) from None
-    except (OSError, WebSocketException) as exc:
-        raise ClientError(0, f"cannot open a terminal at {server}: {exc}", "is the server running?") from None
+    headers = {"Authorization": f"Bearer {token}"}
+    urls = parse_servers(server)  # several replicas: the first that takes the connection
+    for n, base in enumerate(urls):
+        url = base.replace("http", "ws", 1) + f"/v1/jobs/{job_id}/terminal?" + urlencode(query)
+        try:
+            ws = connect(url, additional_headers=headers, max_size=MAX_SIZE)
+        except InvalidStatus as exc:
+            raise _refusal(exc) from None
+        except (OSError, WebSocketException) as exc:
+            if n + 1 < len(urls):
+                continue
+            raise _unreachable(base, exc) from None
+        try:
+            with ws:
+                return _relay(ws)
+        except (OSError, WebSocketException) as exc:
+            raise _unreachable(base, exc) from None
+    raise AssertionError("unreachable: parse_servers returns at least one URL")
 
 
 class _Relay:

@@ -9,7 +9,8 @@ with Client("http://127.0.0.1:8400", token) as corral:
 ```
 
 Every method returns the API's JSON shapes (DESIGN.md 4.6, 4.7) and raises `ClientError`
-(status, message, fix) when the server refuses or cannot be reached.
+(status, message, fix) when the server refuses or cannot be reached. Several replicas of one
+control plane: `Client("https://cp1:8400,https://cp2:8400", token)` (client/failover.py).
 """
 
 from __future__ import annotations

@@ -1,69 +1,34 @@
 """`Client`: one synchronous httpx session against a Corral server, a method per `/v1` route.
 
 Methods return the API's JSON objects unchanged (readers ignore fields they do not know).
-A refusal raises `ClientError` built from the server's body `{"error", "fix", "code"}`; a
-server that cannot be reached raises one with `status == UNREACHABLE` that says how to start it.
+A refusal raises `ClientError` (client/errors.py) built from the server's body `{"error", "fix",
+"code"}`; a server that cannot be reached raises one with `status == UNREACHABLE` that says how
+to start it. `server` may name several replicas, "URL1,URL2": client/failover.py picks one and
+moves on when it fails; `submit` sends an `Idempotency-Key` so that it may be sent twice.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
 
+from corral.client.errors import UNREACHABLE, ClientError, refusal
+from corral.client.failover import Failover
+
 __all__ = ["DEFAULT_SERVER", "UNREACHABLE", "Client", "ClientError", "JsonObject"]
 
 DEFAULT_SERVER = "http://127.0.0.1:8400"
-UNREACHABLE = 0  # ClientError.status when no HTTP answer came back
 PAGE = 1000  # jobs or events asked for per request when paging
 
 JsonObject = dict[str, Any]
 
 
-class ClientError(Exception):
-    """The server refused a request (`status` is its HTTP status), or could not be reached (0)."""
-
-    def __init__(self, status: int, message: str, fix: str = "", code: str = "") -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.fix = fix
-        self.code = code
-
-    def __str__(self) -> str:
-        return f"{self.message} (fix: {self.fix})" if self.fix else self.message
-
-    @property
-    def is_unreachable(self) -> bool:
-        return self.status == UNREACHABLE
-
-
-def _refusal(response: httpx.Response) -> ClientError:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("error"), str):
-        return ClientError(
-            response.status_code, body["error"], str(body.get("fix") or ""), str(body.get("code") or "")
-        )
-    if isinstance(body, dict) and "detail" in body:  # a route the server does not have
-        detail = body["detail"]
-        message = detail if isinstance(detail, str) else str(detail)
-        return ClientError(
-            response.status_code,
-            f"{response.request.method} {response.request.url.path}: {message}",
-            "the server may be older than this client: compare `corral version` on both",
-        )
-    text = response.text.strip().replace("\n", " ")[:200]
-    return ClientError(
-        response.status_code, f"HTTP {response.status_code} from the server: {text or '(empty)'}"
-    )
-
-
 class Client:
-    """A session with one server; use as a context manager, or call `close()`."""
+    """A session with a server, or with any of several replicas (`server` = "URL1,URL2,...",
+    client/failover.py); use as a context manager, or call `close()`."""
 
     def __init__(
         self,
@@ -73,12 +38,15 @@ class Client:
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        if not server.startswith(("http://", "https://")):
-            raise ValueError(f"server URL {server!r} must start with http:// or https://")
-        self.server = server.rstrip("/")
-        self.timeout = timeout
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout, transport=transport)
+        self._http = Failover(server, headers, timeout, transport)
+        self.servers = self._http.urls
+        self.timeout = timeout
+
+    @property
+    def server(self) -> str:
+        """The address in use now (the first that answered of those given)."""
+        return self._http.url
 
     def __enter__(self) -> Client:
         return self
@@ -97,9 +65,13 @@ class Client:
         params: Mapping[str, Any] | None = None,
         body: object = None,
         wait: float = 0.0,
+        headers: Mapping[str, str] | None = None,
+        repeatable: bool | None = None,
     ) -> Any:
         """One call; the decoded JSON answer. `wait` (long polls) is added to the timeout."""
-        return self.response(method, path, params=params, body=body, wait=wait).json()
+        return self.response(
+            method, path, params=params, body=body, wait=wait, headers=headers, repeatable=repeatable
+        ).json()
 
     def response(
         self,
@@ -109,29 +81,16 @@ class Client:
         params: Mapping[str, Any] | None = None,
         body: object = None,
         wait: float = 0.0,
+        headers: Mapping[str, str] | None = None,
+        repeatable: bool | None = None,
     ) -> httpx.Response:
-        """One call; the successful response (ClientError for a refusal or no answer)."""
-        try:
-            response = self._http.request(method, path, params=params, json=body, timeout=self.timeout + wait)
-        except httpx.ConnectError as exc:
-            raise ClientError(
-                UNREACHABLE,
-                f"the Corral server at {self.server} is not reachable ({_why(exc)})",
-                "start one with `corral up` (this machine) or `corral server`, "
-                "or point at yours with --server URL or CORRAL_SERVER",
-            ) from None
-        except httpx.TimeoutException:
-            raise ClientError(
-                UNREACHABLE,
-                f"the Corral server at {self.server} did not answer within {self.timeout + wait:g}s",
-                "check that it is running and not overloaded, then try again",
-            ) from None
-        except httpx.HTTPError as exc:
-            raise ClientError(
-                UNREACHABLE, f"talking to the Corral server at {self.server} failed: {exc}", "try again"
-            ) from None
+        """One call; the successful response (ClientError for a refusal or no answer). With
+        several servers it may go to the next one (client/failover.py says when)."""
+        response = self._http.send(
+            method, path, params=params, body=body, headers=headers, wait=wait, repeatable=repeatable
+        )
         if not response.is_success:
-            raise _refusal(response)
+            raise refusal(response)
         return response
 
     def job_log(
@@ -172,13 +131,17 @@ class Client:
             body["gpus"] = gpus
         if unhealthy is not None:
             body["unhealthy"] = unhealthy
-        out: JsonObject = self.request("POST", f"/v1/agents/{node}/heartbeat", body=body)
+        # a heartbeat renews a lease: sending it again (to another replica) is harmless
+        out: JsonObject = self.request("POST", f"/v1/agents/{node}/heartbeat", body=body, repeatable=True)
         return out
 
     # ---- jobs ------------------------------------------------------------------------------
-    def submit(self, spec: Mapping[str, Any]) -> JsonObject:
-        """Submit a job spec (DESIGN.md 4.2); the job object, as `job()` returns it."""
-        out: JsonObject = self.request("POST", "/v1/jobs", body=dict(spec))
+    def submit(self, spec: Mapping[str, Any], key: str | None = None) -> JsonObject:
+        """Submit a job spec (DESIGN.md 4.2); the job object, as `job()` returns it. The request
+        carries an `Idempotency-Key` (`key`, else a fresh UUID), so that it may be sent again, to
+        this or another replica, without making a second job."""
+        headers = {"Idempotency-Key": key or str(uuid.uuid4())}
+        out: JsonObject = self.request("POST", "/v1/jobs", body=dict(spec), headers=headers)
         return out
 
     def jobs(
@@ -420,10 +383,3 @@ class Client:
         """An online copy of the database to `path` on the server's machine."""
         out: JsonObject = self.request("POST", "/v1/admin/backup", body={"path": path})
         return out
-
-
-def _why(exc: httpx.ConnectError) -> str:
-    text = str(exc)
-    if "refused" in text.lower():
-        return "connection refused"
-    return text or type(exc).__name__

@@ -50,18 +50,17 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
 
 
 def _reject_never_fitting(state: ClusterState, profile: Profile, result: CycleResult) -> None:
-    filters = tuple(map(id, profile.filters))
     for job in state.unchecked:
         if job.spec.id not in state.jobs:
             continue
         if job.shape is None:
             job.shape = shape_of(job.spec)
-        req = request_for(state, job.spec, profile.filters, job.shape)
+        req = request_for(state, job.spec, job.shape)
         job.request, job.request_generation = req, state.generation
         # the answer depends only on the verdict key's fields (shape, queue, preemptible) and on
         # static capacity: cached per key until the capacity changes (`state.caches` is replaced)
         cache = state.caches.never_fits
-        key = (job.verdict_key, filters)
+        key = job.verdict_key
         if job.verdict_key >= 0 and key in cache:
             why = cache[key]
         else:
@@ -268,7 +267,7 @@ class _Cycle:
     def request(self, job: PendingJob) -> Request:
         req = job.request
         if not isinstance(req, Request) or job.request_generation != self.state.generation:
-            req = request_for(self.state, job.spec, self.profile.filters, job.shape)
+            req = request_for(self.state, job.spec, job.shape)
             job.request, job.request_generation = req, self.state.generation
         return req
 

@@ -1,16 +1,22 @@
 """Free-count buckets: for every topology domain and node class, the nodes by available GPUs.
 
-`buckets[domain][cls][k]` is an insertion-ordered set (a dict) of the nodes of class `cls`
-inside `domain` with exactly `k` GPUs available. Best fit is the first non-empty bucket at or
-above the need; a domain's capacity for replicas of `g` GPUs is `sum(len(b[k]) * (k // g))`.
-Moving a node between buckets costs one dict delete and insert per level: no scans.
+`buckets[domain][cls][k]` is the sorted list of the nodes of class `cls` inside `domain` with
+exactly `k` GPUs available. Best fit is the first non-empty bucket at or above the need, and in
+it the node with the lowest id; a domain's capacity for replicas of `g` GPUs is
+`sum(len(b[k]) * (k // g))`. Moving a node between buckets costs two binary searches per level.
+
+A bucket's order is a function of the nodes' available counts alone, not of the order in which
+nodes moved: tentative work that is rolled back (reservation searches, backfill attempts,
+victim searches) leaves no trace in later best-fit ties, so an answer computed on one state is
+valid on any equal state (`reserve`'s memory relies on it).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
 
-Bucket = dict[int, None]
+Bucket = list[int]
 
 
 class FreeIndex:
@@ -39,8 +45,8 @@ class FreeIndex:
             per_class = self.buckets[dom]
             bl = per_class.get(cls)
             if bl is None:
-                bl = per_class[cls] = [{} for _ in range(size)]
-            bl[0][node] = None
+                bl = per_class[cls] = [[] for _ in range(size)]
+            insort(bl[0], node)
             lists.append(bl)
         self._node_lists.append(lists)
         self.avail.append(0)
@@ -51,8 +57,9 @@ class FreeIndex:
             return
         self.avail[node] = new
         for bl in self._node_lists[node]:
-            del bl[old][node]
-            bl[new][node] = None
+            bucket = bl[old]
+            del bucket[bisect_left(bucket, node)]
+            insort(bl[new], node)
 
     def best_fit(self, domain: int, classes: Iterable[int], need: int) -> int:
         """The node with the fewest available GPUs that still has `need`; -1 when none."""
@@ -65,7 +72,7 @@ class FreeIndex:
             for k in range(need, min(len(bl), best_k)):
                 bucket = bl[k]
                 if bucket:
-                    best, best_k = next(iter(bucket)), k
+                    best, best_k = bucket[0], k
                     break
         return best
 

@@ -12,8 +12,8 @@ from typing import Protocol
 
 from corral.core.decisions import Reason
 from corral.core.jobs import PendingJob, QueueState, RunningAttempt
-from corral.core.model import JobSpec, QueueName
-from corral.core.state import ClusterState, NodeClass
+from corral.core.model import QueueName
+from corral.core.state import ClusterState
 
 
 class JobOrder(Protocol):
@@ -40,14 +40,8 @@ class Admit(Protocol):
     def admit(self, job: PendingJob, queue: QueueState, state: ClusterState) -> Reason | None: ...
 
 
-class NodeFilter(Protocol):
-    """Whether a job may run on a class of identical nodes (static attributes only)."""
-
-    def allows(self, job: JobSpec, node_class: NodeClass) -> bool: ...
-
-
-class Victims(Protocol):
-    """Which running attempts a blocked job may preempt, and in which order to take them.
+class VictimFilter(Protocol):
+    """Which running attempts a blocked job may preempt.
 
     `group_eligible` is an upper bound of `eligible` for every attempt of a (queue, class)
     group; only the attempts of groups it allows are examined, and only preemptible attempts
@@ -56,8 +50,7 @@ class Victims(Protocol):
     selection examines the attempts one by one. `groups_by_family` says whether `group_eligible`
     reads of the preemptor only what its family shares (queue, class, shape, preemptibility: not
     its time limit or its attained service), so that a cycle may answer a family's jobs alike
-    (`core/repeats.py`). `order_key` must be a total order (end with
-    the job id), so that the victims chosen never depend on the order attempts are examined in.
+    (`core/repeats.py`).
     """
 
     bounds_by_group: bool
@@ -73,17 +66,36 @@ class Victims(Protocol):
         """Could some preemptible attempt of this queue and class be a victim? (an upper bound)"""
         ...
 
+
+class VictimOrder(Protocol):
+    """In which order a blocked job takes its victims (cheapest first).
+
+    `order_key` must be a total order (end with the job id), so that the victims chosen never
+    depend on the order attempts are examined in.
+    """
+
     def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]: ...
 
     def rank(
         self, preemptor: PendingJob, attempts: Iterable[RunningAttempt], state: ClusterState, now: float
     ) -> list[RunningAttempt]:
-        """The `eligible` attempts sorted by `order_key`, in one call (no call per attempt)."""
+        """The attempts the filter's `eligible` allows, sorted by `order_key`, in one call (no
+        call per attempt: a plugin may compute both together)."""
         ...
+
+
+class VictimPermit(Protocol):
+    """Whether a chosen set of victims may be preempted together (e.g. reclaim summed over it)."""
 
     def permit(
         self, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState, now: float
     ) -> bool: ...
+
+
+class Victims(VictimFilter, VictimOrder, VictimPermit, Protocol):
+    """A preemption policy: its filter, its order and its permit. One object implements the three
+    (`rank` fuses the filter with the order, and all three read the same arguments); the core
+    takes the narrowest protocol each step needs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +110,6 @@ class Profile:
     job_order: JobOrder
     queue_order: QueueOrder | None
     admits: tuple[Admit, ...] = ()
-    filters: tuple[NodeFilter, ...] = ()
     victims: Victims | None = None
     head_of_line: bool = False
     backfill: bool = True

@@ -19,15 +19,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 from corral.core.jobs import PendingJob, RunningAttempt
 from corral.core.model import QueueName
 from corral.core.occupancy import Group
 from corral.core.placement import NodeMask, Request, place
-from corral.core.plugins import Victims
+from corral.core.plugins import VictimFilter, Victims
 from corral.core.state import ClusterState
 
-NO_CANDIDATES = "no candidates"
+
+class Miss(Enum):
+    """Victim selection found no set, and why (None: candidates, but no set frees one placement)."""
+
+    NO_CANDIDATES = "no candidates"  # no running attempt can be a victim of the job at all
+    RETRY = "retry"  # the aggregates' bound was too optimistic: examine every candidate
+
+
+NO_CANDIDATES = Miss.NO_CANDIDATES
 Cost = tuple[int, float]  # (highest class taken, lost GPU-seconds)
 _FREE: Cost = (-(1 << 62), 0.0)
 
@@ -40,7 +49,7 @@ class Selection:
 
 def select_victims(
     state: ClusterState, plugin: Victims, job: PendingJob, req: Request, now: float
-) -> Selection | str | None:
+) -> Selection | Miss | None:
     """Choose victims for `job`; None when no eligible set frees one placement, NO_CANDIDATES when
     no running attempt can be a victim at all."""
     ok = eligible_groups(state, plugin, job, now)
@@ -53,7 +62,7 @@ def select_victims(
     return _full_scan(state, plugin, job, req, now, ok)
 
 
-def eligible_groups(state: ClusterState, plugin: Victims, job: PendingJob, now: float) -> set[Group]:
+def eligible_groups(state: ClusterState, plugin: VictimFilter, job: PendingJob, now: float) -> set[Group]:
     """The (queue, class) groups whose candidates the plugin may take for `job`, at `now`."""
     state.occupancy.settle(now)
     return {key for key in state.occupancy.members if plugin.group_eligible(job, key[0], key[1], state, now)}
@@ -71,12 +80,12 @@ def ranked_candidates(
     return plugin.rank(job, attempts, state, now) if attempts else []
 
 
-_RETRY = "retry"
+_RETRY = Miss.RETRY
 
 
 def _by_aggregates(
     state: ClusterState, plugin: Victims, job: PendingJob, req: Request, now: float, ok: set[Group]
-) -> Selection | str | None:
+) -> Selection | Miss | None:
     totals = state.occupancy.totals
     if not any(key in totals for key in ok):
         return NO_CANDIDATES
@@ -157,7 +166,7 @@ def _full_scan(
     req: Request,
     now: float,
     ok: set[Group] | None = None,
-) -> Selection | str | None:
+) -> Selection | Miss | None:
     """The exact path: every attempt of an eligible group is checked and ranked by the plugin.
 
     Only preemptible attempts that are not stopping are in groups, and `eligible` implies

@@ -47,18 +47,17 @@ class Preemption:
     that the two do not refer to each other: no garbage cycle per scheduling cycle)."""
 
     def __init__(self) -> None:
-        # queue -> (class, GPUs) of the jobs found to have no candidates: none for a job of that
-        # class or lower needing as many GPUs or more (reclaim lets a smaller job take what a
-        # larger one may not: the taker must stay within its quota)
-        self.no_victims: dict[QueueName, list[tuple[int, int]]] = {}
-        self.no_budget_victims: dict[QueueName, list[tuple[int, int]]] = {}  # the same, own queue
+        # queue -> class -> fewest GPUs of a job of that class found to have no candidates: none
+        # for a job of that class or lower needing as many GPUs or more (reclaim lets a smaller
+        # job take what a larger one may not: the taker must stay within its quota). One entry
+        # per class, so a check costs the number of classes, not the number of jobs looked at
+        self.no_victims: dict[QueueName, dict[int, int]] = {}
+        self.no_budget_victims: dict[QueueName, dict[int, int]] = {}  # the same, own queue
         self.tries = 0
         self.deferred = False  # a job skipped preemption because of the per-cycle caps
         self.protection: dict[Group, float] | None = None  # per group, when its first protection ends
 
-    def may_search(
-        self, host: Host, none_up_to: dict[QueueName, list[tuple[int, int]]], job: PendingJob
-    ) -> bool:
+    def may_search(self, host: Host, none_up_to: dict[QueueName, dict[int, int]], job: PendingJob) -> bool:
         """Whether to search victims for the job: not when its queue was found to have none for
         its class or a higher one and as many GPUs or fewer (candidates only shrink during a
         cycle), nor past the per-cycle caps (counted here; the reason then says preemption was
@@ -230,7 +229,7 @@ class Preemption:
         )
 
     def may_search_later(
-        self, host: Host, none_up_to: dict[QueueName, list[tuple[int, int]]], job: PendingJob
+        self, host: Host, none_up_to: dict[QueueName, dict[int, int]], job: PendingJob
     ) -> bool:
         """Whether `may_search` could still search victims for the job, or set `deferred`."""
         if _known_none(none_up_to, job):
@@ -241,17 +240,20 @@ class Preemption:
         return not (capped and self.deferred)
 
 
-def _known_none(none_up_to: dict[QueueName, list[tuple[int, int]]], job: PendingJob) -> bool:
+def _known_none(none_up_to: dict[QueueName, dict[int, int]], job: PendingJob) -> bool:
     """Whether a job of the same queue, of this class or a higher one, needing as many GPUs or
     fewer, was found to have no candidates this cycle."""
     known = none_up_to.get(job.spec.queue)
     if known is None:
         return False
     priority, gpus = job.spec.priority, job.spec.gpus
-    return any(priority <= p and gpus >= g for p, g in known)
+    return any(priority <= p and gpus >= g for p, g in known.items())
 
 
-def _none_up_to(none_up_to: dict[QueueName, list[tuple[int, int]]], job: PendingJob) -> None:
+def _none_up_to(none_up_to: dict[QueueName, dict[int, int]], job: PendingJob) -> None:
     """Remember that the job's queue has no victims for its class and size (nor, so, for any
     lower class needing as many GPUs or more)."""
-    none_up_to.setdefault(job.spec.queue, []).append((job.spec.priority, job.spec.gpus))
+    known = none_up_to.setdefault(job.spec.queue, {})
+    priority, gpus = job.spec.priority, job.spec.gpus
+    fewest = known.get(priority)
+    known[priority] = gpus if fewest is None else min(fewest, gpus)

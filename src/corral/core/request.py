@@ -4,14 +4,13 @@ most replicas of a gang a domain holds when empty (`core.rejections` says why a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
 from corral.core.jobs import shape_of
 from corral.core.model import JobSpec, Launch
+from corral.core.nodes import NodeClass
 from corral.core.placement import Request
-from corral.core.plugins import NodeFilter
-from corral.core.state import ClusterState, NodeClass
+from corral.core.state import ClusterState
 
 
 def allows(spec: JobSpec, node_class: NodeClass) -> bool:
@@ -33,18 +32,15 @@ def allows(spec: JobSpec, node_class: NodeClass) -> bool:
 def request_for(
     state: ClusterState,
     spec: JobSpec,
-    filters: Sequence[NodeFilter] = (),
     shape: tuple[object, ...] | None = None,
 ) -> Request:
     """The placement request of a job, cached per shape until the cluster's capacity changes."""
     cache = state.caches.requests
-    key = (shape or shape_of(spec), *map(id, filters))
+    key = shape or shape_of(spec)
     cached = cache.get(key)
     if cached is not None:
         return cached
-    classes = tuple(
-        c.id for c in state.classes if allows(spec, c) and all(f.allows(spec, c) for f in filters)
-    )
+    classes = tuple(c.id for c in state.classes if allows(spec, c))
     last = len(state.topology.span_names) - 1
     max_span = last
     if spec.topology.pack is not None and spec.topology.required:

@@ -27,30 +27,70 @@ class Reservation:
     capacity: tuple[tuple[int, int], ...]  # (node id, GPUs)
 
 
+_MEMO_SIZE = 4096  # requests remembered at most (the memory is emptied when full)
+REMEMBER = True  # bench/replay_hashes.py --search-again turns the memory off (interpreted) to compare
+
+
 def earliest_fit(
-    state: ClusterState, req: Request, now: float, ends: Sequence[tuple[float, int, JobId]] | None = None
+    state: ClusterState,
+    req: Request,
+    now: float,
+    remember: bool = True,
+    ends: Sequence[tuple[float, int, JobId]] | None = None,
 ) -> Reservation | None:
     """When and where the gang first fits as attempts end; None if never (no time limits).
 
     `ends`: the (end, seq, job) of the attempts to release, in order (default: those with an
-    expected end, `ClusterState.by_end`; `estimated_fit` adds estimated ends).
+    expected end, `ClusterState.by_end`; `estimated_fit` adds estimated ends, and is not
+    remembered here: `estimated_holds` bounds how often it searches).
+
+    Remembered per request while the state is the same (`ClusterState.base_id` and the reserved
+    GPUs): the search is a function of the state alone (the index keeps no trace of tentative
+    work), and of `now` only through `max(end, now)`.
+    """
+    if ends is not None:
+        return _earliest_fit(state, req, now, ends)
+    base, key = state.base_id, tuple(state.reserved_at.items())
+    known = state.fit_memo.get(req)
+    if remember and REMEMBER and known is not None and known[0] == base and known[1] == key:
+        found = known[2]
+    else:
+        found = _earliest_fit(state, req, -INFINITY)
+        if len(state.fit_memo) >= _MEMO_SIZE:
+            state.fit_memo.clear()
+        if state.base_id == base:  # (the search leaves the state as it found it)
+            state.fit_memo[req] = (base, key, found)
+    if not isinstance(found, Reservation):
+        return None
+    return found if found.start >= now else Reservation(found.job, now, found.capacity)
+
+
+def _earliest_fit(
+    state: ClusterState, req: Request, now: float, ends: Sequence[tuple[float, int, JobId]] | None = None
+) -> Reservation | None:
+    """`earliest_fit`, searched.
 
     Attempts are released in order of expected end. A count of free GPUs kept outside the state
     (`_first_possible`) finds the first release after which some domain the gang may use (one
     node, one leaf, ...) has GPUs enough for it by count: nothing fits before. Only the attempts
     that touch that domain are released and the gang placed once: only that domain can hold it
     then. A gang that may spread over the cluster (or when that placement fails: NVLink groups,
-    CPUs, memory) has every attempt released in order and the gang placed after
+    CPUs, memory) has every attempt released in order and the gang placed after the first
+    release at which the count suffices (the cluster's, for a gang that may spread over it), then
     1, 2, 4, ... more releases, then a binary search over the last stretch finds the first
-    release after which it fits: O(log n) placements, not one per release.
+    release after which it fits: O(log n) placements, not one per release. (Where placing is not
+    monotone in releases, the answer depends on where the galloping starts.)
     """
     if ends is None:
         ends = state.by_end[: bisect_left(state.by_end, (INFINITY,))]  # attempts without an end last
     if not ends:
         return None
     last = len(state.topology.span_names) - 1
-    if req.gpus_per_replica == 0 or req.max_span >= last:
-        return _search(state, req, now, ends, 0)  # anywhere: the search's own count check suffices
+    if req.gpus_per_replica == 0:
+        return _search(state, req, now, ends, 0)
+    if req.max_span >= last:  # anywhere: nothing fits before the cluster has GPUs enough by count
+        first, _ = _first_possible(state, req, ends)
+        return None if first is None else _search(state, req, now, ends, first)
     first, where = _first_possible(state, req, ends)
     if first is None:
         return None  # even once every attempt with an end has ended, no domain has GPUs enough
@@ -97,9 +137,14 @@ def _fits_inside(
 
 
 def _search(
-    state: ClusterState, req: Request, now: float, ends: Sequence[tuple[float, int, JobId]], first: int
+    state: ClusterState,
+    req: Request,
+    now: float,
+    ends: Sequence[tuple[float, int, JobId]],
+    first: int,
 ) -> Reservation | None:
-    """Release every attempt in order from the start; galloping then binary search from `first`."""
+    """Release every attempt in order from the start; galloping then binary search from `first`
+    (before which nothing fits by count)."""
     base = state.plan.checkpoint()
     marks: list[int] = []  # marks[i]: plan checkpoint before release i
     g = max(1, req.gpus_per_replica)
@@ -221,7 +266,7 @@ def estimated_fit(
     (`estimates`); with the estimate of the last attempt released when the start rests on one."""
     known = state.by_end[: bisect_left(state.by_end, (INFINITY,))]
     ends = list(merge(known, state.by_estimate)) if state.by_estimate else known
-    found = earliest_fit(state, req, now, ends if state.by_estimate else None)
+    found = earliest_fit(state, req, now, ends=ends if state.by_estimate else None)
     if found is None or not state.by_estimate:
         return found, None
     estimate = None

@@ -1,4 +1,5 @@
-"""Cluster state kept incrementally: nodes' GPU masks, the free-count index, attempts and queues.
+"""Cluster state kept incrementally: nodes' GPU masks and the free-count index (`nodes.NodeTable`),
+attempts and queues.
 
 Adapters (the simulator, the control plane) own one `ClusterState` and tell it what happened
 (a node joined, an attempt ended); a cycle changes it only through the plan, so that any
@@ -9,60 +10,28 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from corral.core.errors import InvariantError
 from corral.core.estimates import Estimator
-from corral.core.index import FreeIndex
 from corral.core.jobs import NO_END, Nomination, PendingJob, QueueState, RunningAttempt, shape_of
 from corral.core.model import (
     DEFAULT_PRIORITY_CLASSES,
     JobId,
     JobSpec,
     Launch,
-    NodeName,
     NodeSpec,
-    NodeState,
     PriorityClass,
     QueueName,
     QueueSpec,
 )
-from corral.core.occupancy import Occupancy
-from corral.core.plan import Plan
-from corral.core.topology import ClusterTopology
+from corral.core.nodes import Caches, NodeTable
 
 if TYPE_CHECKING:
-    from corral.core.placement import Request
+    pass
 
 
-@dataclass(frozen=True, slots=True)
-class NodeClass:
-    """Nodes that a filter cannot tell apart: same GPUs, model, memory, CPUs, NVLink and labels."""
-
-    id: int
-    spec: NodeSpec  # the first node of the class, for filters
-    nvlink_groups: int
-    largest_group: int
-
-
-@dataclass(slots=True)
-class Caches:
-    """Answers per job shape that hold until static capacity (nodes, queues) changes: the state
-    replaces them all then (`ClusterState.caches`)."""
-
-    # placement request per (shape, filter ids) (`request.request_for`)
-    requests: dict[tuple[object, ...], Request] = field(default_factory=dict)
-    # why a job can never fit, per (verdict key, filter ids); None: it can (`cycle`)
-    never_fits: dict[tuple[int, tuple[int, ...]], str | None] = field(default_factory=dict)
-    # most replicas one domain of a span holds when empty, per (request, span) (`request`)
-    static_capacity: dict[tuple[Request, int], int] = field(default_factory=dict)
-    any_quota: bool | None = None  # whether any queue has a quota (`fairshare`)
-    # every queue's borrowing room, at the queues' use version it was computed for (`fairshare`)
-    borrow_rooms: tuple[int, dict[str, tuple[int, int]]] | None = None
-
-
-class ClusterState:
+class ClusterState(NodeTable):
     """Everything a cycle works on, changed only through `plan` (or by adapters between cycles)."""
 
     def __init__(
@@ -71,31 +40,8 @@ class ClusterState:
         queues: Iterable[QueueSpec] = (),
         priority_classes: Iterable[PriorityClass] = DEFAULT_PRIORITY_CLASSES,
     ) -> None:
-        self.topology = ClusterTopology(levels)
-        self.plan = Plan()
-        self.index = FreeIndex()
-        self.nvl_index = FreeIndex()  # root-level buckets by free GPUs in the best NVLink group
-        self.index.add_domain()
-        self.nvl_index.add_domain()
-        self.specs: list[NodeSpec] = []
-        self.node_ids: dict[NodeName, int] = {}
-        self.node_class: list[int] = []
-        self.classes: list[NodeClass] = []
-        self._class_keys: dict[tuple[object, ...], int] = {}
-        self.group_masks: list[tuple[int, ...]] = []
-        self.node_state: list[NodeState] = []
-        self.unschedulable: set[int] = set()  # nodes not up (cordoned, draining, down, lost)
-        self.healthy: list[int] = []
-        self.alloc: list[int] = []
-        self.held: list[int] = []
-        self.reserved: list[int] = []
-        self.exclusive: list[bool] = []
-        self.free_cpus: list[int] = []
-        self.free_memory: list[float] = []
-        self.total_gpus = self.total_cpus = 0
-        self.total_memory = 0.0
+        super().__init__(levels)
         self.running: dict[JobId, RunningAttempt] = {}
-        self.occupancy = Occupancy()
         self.by_end: list[tuple[float, int, JobId]] = []
         # run times learned from finished jobs (None: no estimates); the estimated ends of the
         # attempts without a time limit, sorted (`RunningAttempt.estimate_key`)
@@ -108,12 +54,7 @@ class ClusterState:
         self.jobs: dict[JobId, PendingJob] = {}  # every pending job, by id
         self.unchecked: list[PendingJob] = []  # submitted since the last cycle: feasibility not checked
         self.usage_time: float | None = None
-        self.generation = 0  # bumped whenever static capacity changes (nodes, queues)
-        self.caches = Caches()
         self.use_version = 0  # bumped whenever any queue's counted GPUs change
-        # bumped whenever a node's GPUs change (allocated, held, reserved, healthy, up, exclusive):
-        # every such change goes through `_refresh`
-        self.node_version = 0
         self._interned: dict[tuple[object, ...], int] = {}
         self._last_interned = 0
         self._intern_cap = 1 << 16
@@ -163,161 +104,7 @@ class ClusterState:
         self._interned = live
         self._intern_cap = max(1 << 16, 2 * len(live))
 
-    # ---- nodes -------------------------------------------------------------------------
-    def add_node(self, spec: NodeSpec, state: NodeState = NodeState.UP) -> int:
-        if spec.name in self.node_ids:
-            raise ValueError(f"node {spec.name} is already in the cluster")
-        node = len(self.specs)
-        topo_labels = set(self.topology.levels)
-        key = (
-            spec.gpus,
-            spec.gpu_model,
-            spec.gpu_memory_gib,
-            spec.cpus,
-            spec.memory_gib,
-            spec.nvlink,
-            tuple(sorted((k, v) for k, v in spec.labels.items() if k not in topo_labels)),
-        )
-        cls = self._class_keys.get(key)
-        if cls is None:
-            cls = self.index.add_class(spec.gpus)
-            self.nvl_index.add_class(spec.gpus)
-            self._class_keys[key] = cls
-            largest = max((len(g) for g in spec.nvlink), default=0)
-            self.classes.append(NodeClass(cls, spec, len(spec.nvlink), largest))
-        before = len(self.topology.domains)
-        domains = self.topology.add_node(spec)
-        for _ in range(len(self.topology.domains) - before):
-            self.index.add_domain()
-        self.index.add_node(node, cls, domains)
-        self.nvl_index.add_node(node, cls, (0,))
-        self.specs.append(spec)
-        self.node_ids[spec.name] = node
-        self.occupancy.add_node()
-        self.node_class.append(cls)
-        self.group_masks.append(tuple(sum(1 << i for i in g) for g in spec.nvlink))
-        self.node_state.append(state)
-        if state is not NodeState.UP:
-            self.unschedulable.add(node)
-        self.healthy.append((1 << spec.gpus) - 1)
-        self.alloc.append(0)
-        self.held.append(0)
-        self.reserved.append(0)
-        self.exclusive.append(False)
-        self.free_cpus.append(spec.cpus)
-        self.free_memory.append(spec.memory_gib)
-        self.total_gpus += spec.gpus
-        self.total_cpus += spec.cpus
-        self.total_memory += spec.memory_gib
-        self.generation += 1
-        self.caches = Caches()
-        self._refresh(node)
-        return node
-
-    def set_node_state(self, name: NodeName, state: NodeState) -> None:
-        node = self.node_ids[name]
-        self.node_state[node] = state
-        if state is NodeState.UP:
-            self.unschedulable.discard(node)
-        else:
-            self.unschedulable.add(node)
-        self._refresh(node)
-
-    def set_gpu_health(self, name: NodeName, gpu: int, healthy: bool) -> None:
-        node = self.node_ids[name]
-        bit = 1 << gpu
-        self.healthy[node] = (self.healthy[node] | bit) if healthy else (self.healthy[node] & ~bit)
-        self._refresh(node)
-
-    def free_mask(self, node: int) -> int:
-        """GPUs of a node that are healthy, unallocated and not held for a nominated job."""
-        return self.healthy[node] & ~self.alloc[node] & ~self.held[node]
-
-    def is_schedulable(self, node: int) -> bool:
-        return self.node_state[node] is NodeState.UP and not self.exclusive[node]
-
-    def available(self, node: int, alloc: int, exclusive: bool) -> int:
-        """A node's available GPUs (healthy, not allocated, not held, minus reserved) were its
-        allocated mask `alloc` and its exclusive flag `exclusive`: 0 unless it is up."""
-        if self.node_state[node] is not NodeState.UP or exclusive:
-            return 0
-        free = self.healthy[node] & ~alloc & ~self.held[node]
-        return max(0, free.bit_count() - self.reserved[node])
-
-    def available_lifting(self, node: int, gpus: int) -> int:
-        """A node's available GPUs were `gpus` of its reserved GPUs given back."""
-        if self.node_state[node] is not NodeState.UP or self.exclusive[node]:
-            return 0
-        free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
-        return max(0, free.bit_count() - self.reserved[node] + gpus)
-
-    def _refresh(self, node: int) -> None:
-        """Recompute a node's available count and move it in the buckets (`available`, inlined:
-        the hottest path of tentative work)."""
-        self.node_version += 1
-        if self.node_state[node] is not NodeState.UP or self.exclusive[node]:
-            self.index.move(node, 0)
-            self.nvl_index.move(node, 0)
-            return
-        free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
-        avail = free.bit_count() - self.reserved[node]
-        if avail <= 0:
-            self.index.move(node, 0)
-            self.nvl_index.move(node, 0)
-            return
-        self.index.move(node, avail)
-        masks = self.group_masks[node]
-        if len(masks) > 1:
-            best = max((free & m).bit_count() for m in masks)
-            self.nvl_index.move(node, min(best, avail))
-
-    # ---- tentative changes, through the plan -------------------------------------------
-    def take(self, node: int, mask: int, cpus: int, memory: float, exclusive: bool) -> None:
-        """Allocate GPUs (and CPUs, memory) of a node; undone by rollback."""
-        if self.alloc[node] & mask:
-            raise InvariantError(f"GPU mask {mask:#x} of node {self.specs[node].name} is already allocated")
-        self._hold_resources(node, mask, cpus, memory, exclusive, True)
-        self.plan.record(self._hold_resources, node, mask, cpus, memory, exclusive, False)
-
-    def give_back(self, node: int, mask: int, cpus: int, memory: float, exclusive: bool) -> None:
-        """Release GPUs of a node; undone by rollback."""
-        if self.alloc[node] & mask != mask:
-            raise InvariantError(f"GPU mask {mask:#x} of node {self.specs[node].name} is not allocated")
-        self._hold_resources(node, mask, cpus, memory, exclusive, False)
-        self.plan.record(self._hold_resources, node, mask, cpus, memory, exclusive, True)
-
-    def _hold_resources(
-        self, node: int, mask: int, cpus: int, memory: float, exclusive: bool, held: bool
-    ) -> None:
-        """Mark a node's GPUs (and CPUs, memory) allocated or free, outside the plan."""
-        sign = 1 if held else -1
-        self.alloc[node] = self.alloc[node] | mask if held else self.alloc[node] & ~mask
-        self.free_cpus[node] -= sign * cpus
-        self.free_memory[node] -= sign * memory
-        if exclusive:
-            self.exclusive[node] = held
-        self._refresh(node)
-
-    def set_reserved(self, node: int, count: int) -> None:
-        self.plan.record(self._set_reserved_raw, node, self.reserved[node])
-        self._set_reserved_raw(node, count)
-
-    def reset_reserved(self, node: int) -> None:
-        """Drop a node's reservations outside the plan (at the end of a cycle)."""
-        self._set_reserved_raw(node, 0)
-
-    def _set_reserved_raw(self, node: int, count: int) -> None:
-        self.reserved[node] = count
-        self._refresh(node)
-
-    def set_held(self, node: int, mask: int) -> None:
-        self.plan.record(self._set_held_raw, node, self.held[node])
-        self._set_held_raw(node, mask)
-
-    def _set_held_raw(self, node: int, mask: int) -> None:
-        self.held[node] = mask
-        self._refresh(node)
-
+    # ---- queues' use --------------------------------------------------------------------
     def add_queue_use(self, queue: QueueState, gpus: int, cpus: int, memory: float) -> None:
         queue.alloc_gpus += gpus
         queue.alloc_cpus += cpus
@@ -487,9 +274,18 @@ class ClusterState:
         insort(self.by_end, attempt.end_key)
         if self.estimator is not None and attempt.limit_end == NO_END:
             self._estimate_end(attempt, attempt.start)
-        self.plan.record(self._remove_running_raw, job_id)
+        before = self.base_id
+        self._new_id()
+        self.plan.record(self._undo_running, job_id, before, self.base_id)
+
+    def _undo_running(self, job_id: JobId, before: int, after: int) -> None:
+        same = self.base_id == after  # as `_undo_hold`
+        self._remove_running_raw(job_id)
+        if same:
+            self.base_id = before
 
     def _remove_running_raw(self, job_id: JobId) -> RunningAttempt:
+        self._new_id()
         attempt = self.running.pop(job_id)
         self.occupancy.remove(attempt)
         self._drop_end_key(attempt)
@@ -509,6 +305,7 @@ class ClusterState:
         With `requeue` the job returns to pending with its service so far; otherwise it is gone.
         """
         attempt = self.running.pop(job_id)
+        self._new_id()
         self.occupancy.remove(attempt)
         self._drop_end_key(attempt)
         self._drop_estimate(attempt)
@@ -581,6 +378,7 @@ class ClusterState:
         self._drop_estimate(attempt)  # it ends by its deadline
         attempt.preempting_deadline = deadline
         attempt.preempted_by = by
+        self._new_id()
         self._start_seq += 1
         attempt.end_key = (attempt.expected_end, self._start_seq, job_id)
         insort(self.by_end, attempt.end_key)

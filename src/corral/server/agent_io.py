@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, select, update
 
 from corral.protocol import Report, ReportStatus, StopWhy, stop_order
+from corral.server.allocations import placed_on
 from corral.server.context import Context
 from corral.server.errors import ApiError
 from corral.store import schema
@@ -62,7 +63,7 @@ def orders_after(ctx: Context, node: str, after: int) -> list[dict[str, Any]]:
 def apply_report(ctx: Context, node: str, rep: Report, conn: Connection) -> dict[str, Any]:
     a, j = schema.attempts, schema.jobs
     row = conn.execute(select(a).where(a.c.job_id == rep.job, a.c.attempt == rep.attempt)).first()
-    if row is None or node not in {p["node"] for p in json.loads(row.placement)}:
+    if row is None or not placed_on(conn, [node], states=None, job=rep.job, attempt=rep.attempt):
         raise ApiError(404, f"no attempt {rep.attempt} of job {rep.job} on node {node}")
     if row.state == "ended":
         raise ApiError(409, f"attempt {rep.attempt} of job {rep.job} has ended", fix="kill its processes")

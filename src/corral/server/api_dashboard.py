@@ -174,9 +174,10 @@ async def get_report(request: Request, name: str) -> Response:
 @router.post("/login-links", tags=["dashboard"], status_code=201)
 async def make_login_link(request: Request) -> Response:
     """A one-time code that signs the dashboard in as you: open `/login#code=CODE` within the hour.
-    The code is kept in this API process's memory only, and works once."""
+    The code is kept in the database (any replica redeems it), and works once."""
     who = who_of(request)
     _no_agents(who, "the dashboard")
-    code = links_of(request.app).create(bearer_of(request.headers.get("authorization", "")), time.monotonic())
+    token, links = bearer_of(request.headers.get("authorization", "")), links_of(request.app)
+    code = await ctx_of(request).write(lambda conn: links.create(conn, token, time.time()))
     request.state.audit_detail = f"login link for {who.name}"
     return json_response({"code": code, "path": f"/login#code={code}", "expires_in": LINK_SECONDS}, 201)

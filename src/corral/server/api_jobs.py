@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Body, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 from starlette.responses import Response
 
-from corral.server import arrays, metrics
+from corral.server import arrays, idempotency, metrics
 from corral.server.auth import Principal
 from corral.server.caller import ctx_of, who_of
 from corral.server.context import Context
@@ -31,33 +32,56 @@ STATES = ("pending", "starting", "running", "stopping", "finished", "failed", "c
 
 @router.post("/jobs", status_code=201)
 async def submit(
-    request: Request, spec: dict[str, Any] = Body(..., description="a job spec (DESIGN.md 4.2)")
+    request: Request,
+    spec: dict[str, Any] = Body(..., description="a job spec (DESIGN.md 4.2)"),
+    idempotency_key: str | None = Header(
+        None,
+        alias=idempotency.HEADER,
+        description="a fresh value per submission: a retry with it returns the job it made (24 h)",
+    ),
 ) -> Response:
-    """Submit a job; 201 with the job object, or 422 with what to change (and 403 outside your team)."""
-    return json_response(await submit_job(ctx_of(request), who_of(request), spec), 201)
+    """Submit a job; 201 with the job object (200 with the same job for a retry with the same
+    Idempotency-Key), or 422 with what to change (and 403 outside your team)."""
+    body, status = await submit_job(ctx_of(request), who_of(request), spec, idempotency_key)
+    return json_response(body, status)
 
 
-async def submit_job(ctx: Context, who: Principal, spec: object) -> dict[str, Any]:
-    """Check a submission, write it in the next group commit, and answer the job object."""
-    _no_agents(who)
-    if arrays.is_special(spec):  # an array or a dependency: server/arrays.py
-        assert isinstance(spec, dict)
-        try:
-            out = await arrays.submit(ctx, who, spec)
-        except ApiError as exc:
-            metrics.SUBMISSIONS.labels(str(exc.status)).inc()
-            raise
-        metrics.SUBMISSIONS.labels("201").inc()
-        return out
-    model, static = ctx.model()
+async def submit_job(
+    ctx: Context, who: Principal, spec: object, key_header: str | None = None
+) -> tuple[dict[str, Any], int]:
+    """Check a submission, write it in the next group commit, and answer the job object and its
+    status: 201, or 200 for a retry of a keyed submission already written (server/idempotency.py)."""
     try:
-        prepared = prepare(model, static, spec, who, ctx.clock())
+        _no_agents(who)
+        key = idempotency.parse(key_header, who.name, spec)
+        if arrays.is_special(spec):  # an array or a dependency: server/arrays.py
+            assert isinstance(spec, dict)
+            made: dict[str, Any] | str | idempotency.Replay = await arrays.submit(ctx, who, spec, key)
+        else:
+            model, static = ctx.model()
+            prepared = replace(prepare(model, static, spec, who, ctx.clock()), key=key)
+            made = await ctx.write_many(ctx.insert_jobs, prepared)
+        if isinstance(made, idempotency.Replay):
+            if not made.same:
+                assert key is not None
+                raise idempotency.reused(key, made)
+            out = await run_in_threadpool(_replayed, ctx, who, made.job_id)
+            metrics.SUBMISSIONS.labels("200").inc()
+            return out, 200
     except ApiError as exc:
         metrics.SUBMISSIONS.labels(str(exc.status)).inc()
         raise
-    job_id = await ctx.write_many(ctx.insert_jobs, prepared)
     metrics.SUBMISSIONS.labels("201").inc()
-    return new_job_json(job_id, prepared)
+    return (new_job_json(made, prepared) if isinstance(made, str) else made), 201
+
+
+def _replayed(ctx: Context, who: Principal, job_id: str) -> dict[str, Any]:
+    """The job (or job array) a keyed submission made, as it is now."""
+    found = _array_of(ctx, who, job_id)
+    if found is not None:
+        return found
+    row, placement = _get(ctx, who, job_id)
+    return job_json(row, placement)
 
 
 def _visible(who: Principal) -> Any:

@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 
 from corral.server.allocations import gpu_owners
 from corral.server.context import Context
+from corral.server.leader import role
 from corral.store import schema
 
 
@@ -132,6 +133,25 @@ def _config_gauges(settings: dict[str, str]) -> Iterator[Metric]:
     )
 
 
+class LeaderCollector(Collector):
+    """The leader lease as the database has it, and whether this replica holds it."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def collect(self) -> Iterator[Metric]:
+        with self.ctx.engines.reader.connect() as conn:
+            said = role(conn, self.ctx.replica)
+        yield GaugeMetricFamily(
+            "corral_leader_epoch", "The leader lease's epoch (raised by every takeover)", value=said["epoch"]
+        )
+        yield GaugeMetricFamily(
+            "corral_leader",
+            "1 when this replica's scheduler holds the leader lease, else 0",
+            value=int(said["scheduler"] == "leader"),
+        )
+
+
 def render(ctx: Context) -> tuple[bytes, str]:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
@@ -144,4 +164,5 @@ def render(ctx: Context) -> tuple[bytes, str]:
     from corral.server.notify import NotifyCollector
 
     cluster.register(NotifyCollector(ctx.engines.reader))
+    cluster.register(LeaderCollector(ctx))
     return body + generate_latest(cluster), CONTENT_TYPE_LATEST

@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -41,6 +42,7 @@ from corral.server.bearer import authenticate
 from corral.server.context import Context
 from corral.server.dashboard import is_public
 from corral.server.errors import ApiError
+from corral.server.leader import role
 from corral.server.liveness import Liveness
 from corral.server.notify import Notifications
 from corral.server.responses import (
@@ -145,7 +147,13 @@ def create_app(ctx: Context) -> FastAPI:
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> Response:
-        return json_response({"ok": True, "uptime_s": round(time.monotonic() - ctx.started, 3)})
+        body: dict[str, Any] = {"ok": True, "uptime_s": round(time.monotonic() - ctx.started, 3)}
+        try:
+            body.update(await run_in_threadpool(_role, ctx))
+        except SQLAlchemyError as exc:  # the API answers; the database does not
+            body.update(ok=False, database=f"unreachable: {exc.__class__.__name__}")
+            return json_response(body, 503)
+        return json_response(body)
 
     @app.get("/metrics", tags=["health"])
     async def metrics_route() -> Response:
@@ -190,6 +198,14 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """A request header's value (the first), decoded as Latin-1 as HTTP's bytes are."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
 
 
 class Gate:
@@ -259,7 +275,8 @@ class Gate:
             if not isinstance(spec, dict):
                 raise ApiError(422, "invalid request: the body is not a JSON object", fix="send a job spec")
             try:
-                response = json_response(await submit_job(self.ctx, who, spec), 201)
+                key = _header(scope, b"idempotency-key")
+                response = json_response(*await submit_job(self.ctx, who, spec, key))
             except (RecursionError, OverflowError) as exc:
                 raise out_of_range(exc) from None
         except ApiError as exc:
@@ -285,3 +302,8 @@ class Gate:
             "detail": state.get("audit_detail", ""),
         }
         self.ctx.writer.submit_many(self.ctx.insert_audit, row)
+
+
+def _role(ctx: Context) -> dict[str, Any]:
+    with ctx.engines.reader.connect() as conn:
+        return role(conn, ctx.replica)

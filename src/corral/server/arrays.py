@@ -12,6 +12,7 @@ Tasks beyond the cap, and jobs whose dependency does not hold yet, wait outside 
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
@@ -26,6 +27,7 @@ from corral.server import dependencies
 from corral.server.auth import Principal
 from corral.server.context import Context
 from corral.server.errors import ApiError
+from corral.server.idempotency import Key, Replay, find, record
 from corral.server.job_changes import change_job_state
 from corral.server.jobs import Prepared, _job_row, new_job_json, prepare, submit_event
 from corral.store import schema
@@ -56,14 +58,28 @@ def _options(body: dict[str, Any]) -> tuple[dict[str, Any], ArraySpec | None, De
     return rest, array, dep
 
 
-async def submit(ctx: Context, who: Principal, body: dict[str, Any]) -> dict[str, Any]:
-    """Check a submission with `array` and/or `dependency`, write it in one transaction, answer it."""
+async def submit(
+    ctx: Context, who: Principal, body: dict[str, Any], key: Key | None = None
+) -> dict[str, Any] | Replay:
+    """Check a submission with `array` and/or `dependency`, write it in one transaction, answer it
+    (or, for an Idempotency-Key seen before, the `Replay` of what that submission made)."""
     rest, array, dep = _options(body)
     model, static = ctx.model()
     now = ctx.clock()
-    prepared = prepare(model, static, rest, who, now)
+    prepared = replace(prepare(model, static, rest, who, now), key=key)
     is_sqlite = ctx.engines.is_sqlite
-    return await ctx.write(lambda conn: _insert(conn, prepared, array, dep, who, now, is_sqlite))
+
+    def write(conn: Connection) -> dict[str, Any] | Replay:
+        if key is not None:
+            hit = find(conn, [key], time.time()).get((key.user, key.key))
+            if hit is not None:
+                return Replay(hit[0], hit[1] == key.digest)
+        out = _insert(conn, prepared, array, dep, who, now, is_sqlite)
+        if key is not None:
+            record(conn, [(key, str(out["id"]))], time.time())
+        return out
+
+    return await ctx.write(write)
 
 
 def _insert(

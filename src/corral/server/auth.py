@@ -4,10 +4,12 @@ A token is 256 random bits (`secrets.token_urlsafe(32)`) behind a short public i
 SHA-256 is stored (not bcrypt: a slow hash would cap the API at dozens of requests per second,
 and a random 256-bit secret needs no stretching). Lookups are cached for CACHE_SECONDS (about
 five minutes, longer than an agent's heartbeat interval, so heartbeats are served from memory).
-Tokens change only through the API process (`corral token revoke`, `DELETE /v1/tokens/ID`; a
-join token bound at registration), which drops the cache entries at once, so a revocation
-takes effect with the next request; the expiry only bounds how long a change made behind the
-API's back (an edit of the database) goes unseen.
+Tokens change only through the API (`corral token revoke`, `DELETE /v1/tokens/ID`; a join token
+bound at registration), whose replica drops the cache entries at once, so a revocation takes
+effect with the next request there; the same transaction writes a new `tokens.changed` mark,
+which every other replica reads each second and then drops its whole cache, so a revocation
+holds on every replica within about a second. The expiry only bounds how long a change made
+behind the API's back (an edit of the database) goes unseen.
 """
 
 from __future__ import annotations
@@ -81,7 +83,25 @@ def revoke_token(conn: Connection, token_id: str) -> bool:
     result = conn.execute(
         update(t).where(t.c.id == token_id, t.c.revoked_at.is_(None)).values(revoked_at=time.time())
     )
+    tokens_changed(conn)
     return result.rowcount == 1
+
+
+CHANGED_KEY = "tokens.changed"
+
+
+def tokens_changed(conn: Connection) -> None:
+    """In the transaction that revokes or binds a token: a new mark in `settings`, so that every
+    other replica drops its cache within a second (`changed_mark`, read by `Context`)."""
+    s = schema.settings
+    mark = secrets.token_hex(8)
+    if conn.execute(update(s).where(s.c.key == CHANGED_KEY).values(value=mark)).rowcount == 0:
+        conn.execute(insert(s).values(key=CHANGED_KEY, value=mark))
+
+
+def changed_mark(conn: Connection) -> str | None:
+    s = schema.settings
+    return conn.execute(select(s.c.value).where(s.c.key == CHANGED_KEY)).scalar()
 
 
 class TokenCache:
@@ -121,6 +141,12 @@ class TokenCache:
                 self._entries.clear()
             self._entries[key] = (now + self.seconds * random.uniform(0.75, 1.0), who)
         return who
+
+    def clear(self) -> None:
+        """Drop every entry (a token changed through another replica)."""
+        with self._lock:
+            self._generation += 1
+            self._entries.clear()
 
     def forget(self, token_id: str) -> None:
         """Drop a token's entries (call after the change is committed)."""

@@ -20,12 +20,13 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
-from sqlalchemy import Connection, bindparam, insert, or_, select, update
+from sqlalchemy import Connection, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from corral.core.decisions import Preempt, Start
 from corral.core.eventshape import ending_line, placement_json, preempting_line, reject_line, start_line
 from corral.protocol import StopWhy, start_order, stop_order
+from corral.server.allocations import master_ports, record
 from corral.server.attempts import Stop, stop_attempt
 from corral.server.endings import Ending
 from corral.server.reasons import ReasonChange
@@ -141,7 +142,7 @@ class Batch:
             if changed != len(rows):
                 what = f"start {rows[0]['b_job']}" if len(rows) == 1 else f"{len(rows)} starts"
                 raise GuardFailed(f"{what}: a job is no longer pending at the attempt seen")
-        ports = self._master_ports([i.start.placement[0].node for i in items if i.start.placement])
+        ports = master_ports(conn, [i.start.placement[0].node for i in items if i.start.placement])
         attempts, gpus, events, orders = [], [], [], []
         for item in items:
             s = item.start
@@ -180,29 +181,11 @@ class Batch:
             )
             orders += [(node, order) for node in nodes]
         conn.execute(insert(schema.attempts), attempts)
+        record(conn, [(i.start.job, i.start.attempt, i.start.placement) for i in items])
         if gpus:  # a job of 0 GPUs holds none (an empty executemany would insert one empty row)
             conn.execute(insert(schema.allocations), gpus)
         self.events(events)
         self.outboxes(orders)
-
-    def _master_ports(self, nodes: list[str]) -> dict[str, set[int]]:
-        """DESIGN.md 4.3: per node, the master ports that live attempts with replica 0 on it hold."""
-        a = schema.attempts
-        taken: dict[str, set[int]] = {node: set() for node in nodes}
-        for chunk in _chunks(sorted(taken)):
-            prefixes = ['[{"node":' + json.dumps(node) + "," for node in chunk]
-            rows = self.conn.execute(
-                select(a.c.master_port, a.c.placement).where(
-                    a.c.state != "ended",
-                    a.c.master_port.is_not(None),
-                    or_(*(a.c.placement.startswith(p, autoescape=True) for p in prefixes)),
-                )
-            )
-            for port, placement in rows:
-                node = json.loads(placement)[0]["node"]
-                if node in taken:
-                    taken[node].add(port)
-        return taken
 
     def preempt(self, victims: Sequence[tuple[Preempt, list[str]]]) -> None:
         """Tell every victim of one preemptor to checkpoint and stop; all or none."""

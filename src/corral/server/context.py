@@ -16,9 +16,9 @@ from sqlalchemy import Connection, Engine, func, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from corral.core.state import ClusterState
-from corral.server.auth import TokenCache
+from corral.server.auth import TokenCache, changed_mark
 from corral.server.cluster import ClusterModel, get_setting
-from corral.server.doorbell import Bell, Doorbell
+from corral.server.doorbell import bell_for, doorbell_for
 from corral.server.in_force import load_view
 from corral.server.jobs import insert_jobs
 from corral.server.node_status import NodeStatus
@@ -176,7 +176,8 @@ class Context:
         self.notifier = Notifier()
         self.outbox = OutboxCursor(engines.reader, exact=engines.is_sqlite)
         self.notifier.listeners.append(self.outbox.poke)
-        self.scheduler_bell = Bell("scheduler", engines.reader)
+        # the scheduler (the leader's, wherever it runs) and, on PostgreSQL, every replica's long polls
+        self.scheduler_bell = bell_for(["scheduler", "api"], engines)
         self.writer = Writer(engines, after_commit=self._after_commit)
         self.tokens = TokenCache(engines.reader)
         is_sqlite = engines.is_sqlite
@@ -186,13 +187,15 @@ class Context:
         self.node_status = NodeStatus(self.started)  # per-node liveness of this process
         self.lost_after = lost_after  # seconds of silence before a node is lost (0: never)
         self.policy = policy  # the server's --policy: in effect while no revision names one
+        self.replica = ""  # this replica's name in the leader lease ("": it runs no scheduler)
         self.maintenance = 0.0  # Unix time planned maintenance ends (0: none)
         self._model_lock = threading.Lock()
         self._model: tuple[ClusterModel, ClusterState] | None = None
         self._config_mark: tuple[str | None, ...] = ()
+        self._tokens_mark: str | None = None  # `auth.changed_mark` as last read
         self.auth_failures = FailedAuthThrottle()  # per client address (server/throttle.py)
         self.nodes_version = 0  # bumped by every invalidate_model(): a node changed here
-        self.doorbell = Doorbell("api")
+        self.doorbell = doorbell_for("api", engines)
         self._stop = threading.Event()
         self._listener = threading.Thread(target=self._listen, name="corral-api-doorbell", daemon=True)
 
@@ -208,6 +211,7 @@ class Context:
         self.outbox.close()
         self.writer.close()
         self.doorbell.close()
+        self.scheduler_bell.close()
         self.engines.dispose()
 
     def _listen(self) -> None:
@@ -241,11 +245,17 @@ class Context:
 
     def _recheck_config(self) -> None:
         """Drop the cluster view when the configuration settings changed behind this process (the
-        scheduler refused a revision and put the last good one back, or a script wrote one)."""
-        if self._model is None:
-            return
+        scheduler refused a revision and put the last good one back, or a script wrote one); drop
+        the token cache when a token was revoked or bound through another replica."""
         with self.engines.reader.connect() as conn:
             mark = _config_mark(conn)
+            tokens = changed_mark(conn)
+        if tokens != self._tokens_mark:  # revoked or bound through another replica
+            if self._tokens_mark is not None or tokens is not None:
+                self.tokens.clear()
+            self._tokens_mark = tokens
+        if self._model is None:
+            return
         if mark != self._config_mark:
             log.info("the configuration in force changed; reloading the cluster view")
             self.invalidate_model()

@@ -4,25 +4,27 @@ The shell (`/`, `/login`) and the assets under `/ui/` hold no data, so they are 
 a token; every piece of data comes from the `/v1` API, which the page calls with the bearer
 token it keeps in the tab's sessionStorage. `POST /login` trades a one-time code (made by
 `POST /v1/login-links`, printed by `corral up` and `corral dashboard`) for the token that made
-it; codes live in this process's memory for an hour and work once.
+it; codes live in the database (any replica redeems them) for an hour and work once.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import secrets
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import Connection, delete, func, insert, select
 from starlette.responses import FileResponse, Response
 from starlette.staticfiles import StaticFiles
 
 from corral.server.responses import client_address, throttled
+from corral.store import schema
 
 STATIC = Path(__file__).parent / "static"
 SHELL_PATHS = ("/", "/login")
@@ -56,28 +58,50 @@ def bearer_of(header: str) -> str:
 
 
 class LoginLinks:
-    """One-time codes, each standing for the token that asked for it, until used or expired."""
+    """One-time codes, each standing for the token that asked for it, until used or expired.
 
-    def __init__(self) -> None:
-        self._codes: dict[str, tuple[str, float]] = {}  # SHA-256 of the code -> (token, expiry)
-        self._lock = threading.Lock()
+    Kept in the database (`login_codes`), so a code made through one replica works on any other:
+    only the code's SHA-256 is stored, with the token sealed by the code itself (XOR with a
+    SHAKE-256 stream of the code: a 256-bit random key used once), so the table alone gives no
+    token away. Redeeming deletes the row: a code works once, whichever replicas race for it."""
 
-    def create(self, token: str, now: float) -> str:
+    def create(self, conn: Connection, token: str, now: float) -> str:
         code = secrets.token_urlsafe(32)
-        with self._lock:
-            for key in [k for k, (_, until) in self._codes.items() if until <= now]:
-                del self._codes[key]
-            while len(self._codes) >= MAX_LINKS:
-                del self._codes[next(iter(self._codes))]  # the oldest
-            self._codes[_digest(code)] = (token, now + LINK_SECONDS)
+        c = schema.login_codes
+        conn.execute(delete(c).where(c.c.expires_at <= now))
+        extra = (conn.execute(select(func.count()).select_from(c)).scalar() or 0) - MAX_LINKS + 1
+        if extra > 0:  # the oldest go
+            oldest = select(c.c.hash).order_by(c.c.expires_at).limit(extra).scalar_subquery()
+            conn.execute(delete(c).where(c.c.hash.in_(oldest)))
+        sealed = _seal(code, token)
+        conn.execute(insert(c).values(hash=_digest(code), sealed=sealed, expires_at=now + LINK_SECONDS))
         return code
 
-    def redeem(self, code: str, now: float) -> str | None:
-        with self._lock:
-            found = self._codes.pop(_digest(code), None)
-        if found is None or found[1] <= now:
+    def redeem(self, conn: Connection, code: str, now: float) -> str | None:
+        c = schema.login_codes
+        key = _digest(code)
+        row = conn.execute(select(c.c.sealed, c.c.expires_at).where(c.c.hash == key)).first()
+        if row is None or conn.execute(delete(c).where(c.c.hash == key)).rowcount != 1:
             return None
-        return found[0]
+        if row.expires_at <= now:
+            return None
+        return _unseal(code, row.sealed)
+
+
+def _stream(code: str, length: int) -> bytes:
+    return hashlib.shake_256(b"corral login code\0" + code.encode()).digest(length)
+
+
+def _xor(code: str, data: bytes) -> bytes:
+    return bytes(x ^ y for x, y in zip(data, _stream(code, len(data)), strict=True))
+
+
+def _seal(code: str, token: str) -> str:
+    return base64.b64encode(_xor(code, token.encode())).decode()
+
+
+def _unseal(code: str, sealed: str) -> str:
+    return _xor(code, base64.b64decode(sealed)).decode()
 
 
 def _digest(code: str) -> str:
@@ -123,8 +147,9 @@ def install(app: FastAPI, reports_dir: Path | None = None) -> None:
             code = ""
         if not isinstance(code, str) or not code:
             return _error(422, 'send {"code": "..."} from a login link', "open the link `corral up` printed")
-        token = links_of(request.app).redeem(code, time.monotonic())
         ctx = request.app.state.ctx
+        links = links_of(request.app)
+        token = await ctx.write(lambda conn: links.redeem(conn, code, time.time()))
         if token is not None and await run_in_threadpool(ctx.tokens.lookup, token) is None:
             request.state.audit_detail = "login link refused: its token was revoked"
             return _error(

@@ -1,4 +1,6 @@
-"""Wake-ups between the API and the scheduler: one UDP datagram on loopback, no polling loop.
+"""Wake-ups between the API and the scheduler: one UDP datagram on loopback, no polling loop
+(SQLite: one machine). On PostgreSQL, where replicas run on several machines, LISTEN/NOTIFY
+instead (`pg_wake.py`); `doorbell_for` and `bell_for` choose.
 
 Each process binds a datagram socket and publishes its address in the `settings` table
 (`doorbell.scheduler`, `doorbell.api`). After a commit that the other side should act on, a
@@ -12,10 +14,13 @@ import contextlib
 import select
 import socket
 import time
+from typing import Protocol
 
 from sqlalchemy import Engine
 
 from corral.server.cluster import get_setting, put_setting
+from corral.server.pg_wake import PgBell, PgDoorbell
+from corral.store.engine import Engines
 
 
 class Doorbell:
@@ -70,3 +75,37 @@ class Bell:
         if self._target is not None:
             with contextlib.suppress(OSError):
                 self.sock.sendto(b"!", self._target)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Waker(Protocol):
+    """What a process waits on: `Doorbell`, or `pg_wake.PgDoorbell` on PostgreSQL."""
+
+    address: str
+
+    def publish(self, writer: Engine) -> None: ...
+    def wait(self, timeout: float) -> bool: ...
+    def close(self) -> None: ...
+
+
+class Ringer(Protocol):
+    def ring(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def doorbell_for(name: str, engines: Engines) -> Waker:
+    """The doorbell `name` of this process: a datagram on loopback on SQLite (one machine), a
+    PostgreSQL channel on PostgreSQL (any machine of the control plane)."""
+    if engines.is_sqlite:
+        return Doorbell(name)
+    return PgDoorbell(name, engines.url)
+
+
+def bell_for(names: list[str], engines: Engines) -> Ringer:
+    """Rings the doorbells `names`. On SQLite only the first (the other process on this machine);
+    on PostgreSQL all of them, on every replica."""
+    if engines.is_sqlite:
+        return Bell(names[0], engines.reader)
+    return PgBell(names, engines.url)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +53,8 @@ class Gates:
     slots: dict[str, deque[str]] = field(default_factory=dict)  # capped array -> tasks waiting for a slot
     waiting: set[str] = field(default_factory=set)  # jobs whose dependency is not known to hold
     recheck: bool = False
+    # called first in the transaction that writes (the scheduler's lease fence, `leader.py`)
+    fence: Callable[[Connection], None] | None = None
 
     # ---- what comes in ------------------------------------------------------------------------
     def load(self, conn: Connection, pending: list[Any]) -> list[Any]:
@@ -179,6 +181,8 @@ class Gates:
         if not never and not changed:
             return []
         with engines.writer.begin() as conn:
+            if self.fence is not None:
+                self.fence(conn)
             seqs = _write(conn, never, changed, now, engines.is_sqlite)
         self.recheck = bool(never)  # a cancel may make another dependency impossible
         return seqs

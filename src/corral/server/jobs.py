@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -27,6 +28,7 @@ from corral.core.state import ClusterState
 from corral.server.auth import Principal
 from corral.server.cluster import ClusterModel
 from corral.server.errors import ApiError
+from corral.server.idempotency import Key, Replay, find, record
 from corral.store.engine import append_events, dumps, insert_rows
 
 LIVE_STATES = ("starting", "running", "stopping")
@@ -41,6 +43,7 @@ class Prepared:
     request: dict[str, Any]
     team: str
     run_as: str
+    key: Key | None = None  # the client's Idempotency-Key (server/idempotency.py)
 
 
 def queues_of(model: ClusterModel, who: Principal) -> list[str]:
@@ -128,24 +131,40 @@ def spec_from_json(text: str) -> JobSpec:
     return JobSpec(**data)
 
 
-def insert_job(conn: Connection, prepared: Prepared, is_sqlite: bool) -> str:
+def insert_job(conn: Connection, prepared: Prepared, is_sqlite: bool) -> str | Replay:
     """Write one submission and its `submit` event; returns the new job's id."""
     return insert_jobs(conn, [prepared], is_sqlite)[0]
 
 
-def insert_jobs(conn: Connection, batch: Sequence[Prepared], is_sqlite: bool) -> list[str]:
-    """Write submissions and their `submit` events with one statement per table; returns the ids."""
+def insert_jobs(conn: Connection, batch: Sequence[Prepared], is_sqlite: bool) -> list[str | Replay]:
+    """Write submissions and their `submit` events with one statement per table; returns the ids,
+    or for a submission whose Idempotency-Key was seen before, the `Replay` of the job it made."""
+    now = time.time()
+    seen = find(conn, [p.key for p in batch if p.key is not None], now)
     first = (conn.exec_driver_sql("SELECT max(seq) FROM jobs").scalar() or 0) + 1
-    rows, events, ids = [], [], []
-    for seq, prepared in enumerate(batch, start=first):
+    rows, events, keys = [], [], []
+    out: list[str | Replay] = []
+    seq = first
+    for prepared in batch:
+        key = prepared.key
+        hit = seen.get((key.user, key.key)) if key is not None else None
+        if key is not None and hit is not None:
+            out.append(Replay(hit[0], hit[1] == key.digest))
+            continue
         job_id = f"j{seq}"
         spec = replace(prepared.spec, id=JobId(job_id), seq=seq)
         rows.append(_job_row(seq, job_id, spec, prepared))
         events.append(submit_event(spec))
-        ids.append(job_id)
-    insert_rows(conn, "jobs", rows)
-    append_events(conn, events, is_sqlite)
-    return ids
+        out.append(job_id)
+        if key is not None:  # a retry of it in this same batch replays this job
+            seen[(key.user, key.key)] = (job_id, key.digest)
+            keys.append((key, job_id))
+        seq += 1
+    if rows:
+        insert_rows(conn, "jobs", rows)
+        append_events(conn, events, is_sqlite)
+    record(conn, keys, now)
+    return out
 
 
 def _job_row(seq: int, job_id: str, spec: JobSpec, prepared: Prepared) -> dict[str, Any]:

@@ -31,12 +31,14 @@ import time
 from typing import Any
 
 from sqlalchemy import Connection, select, update
+from sqlalchemy.exc import OperationalError
 
 from corral.protocol import StopWhy
 from corral.server.allocations import attempts_on
 from corral.server.attempts import requeue_attempt
 from corral.server.cluster import get_setting, put_setting
 from corral.server.context import Context
+from corral.server.heard import SharedHeard, heard_recently
 from corral.store import schema
 from corral.store.engine import append_events, dumps
 
@@ -100,12 +102,17 @@ def mark_unheard(conn: Connection, now: float) -> list[str]:
     may be past its lease (its fence has killed its work, and it would refuse to launch), so the
     scheduler places nothing there meanwhile. Being declared lost still waits `LOST_AFTER` from the
     start (`Liveness.check`), so no node is lost sooner for it. Journalled as one entry without a
-    `node` (a scheduler that runs on in another process reloads its state on it)."""
+    `node` (a scheduler that runs on in another process reloads its state on it). With several
+    replicas on PostgreSQL, nodes another replica heard within `heard.RECENT` seconds are left
+    alone: their agents hold live leases, and a replica's restart must not stop the cluster's
+    placements."""
     n = schema.nodes
     heard = (n.c.registered.is_(True), n.c.responding.is_(True), n.c.state.in_(WATCHED))
     names = list(conn.execute(select(n.c.name).where(*heard)).scalars())
+    recent = heard_recently(conn)  # another replica heard them: they are in their leases
+    names = [x for x in names if x not in recent]
     if names:
-        conn.execute(update(n).where(*heard).values(responding=False))
+        conn.execute(update(n).where(*heard, n.c.name.in_(names)).values(responding=False))
         entry = {"t": now, "event": "x.node", "unheard": len(names), "responding": False}
         append_events(conn, [entry], conn.dialect.name == "sqlite")
     return names
@@ -140,6 +147,7 @@ class Liveness:
         # 9 % of the API's CPU at 10,000 agents
         self._watched: list[str] = []
         self._watched_key: tuple[int, float] | None = None
+        self.shared = SharedHeard(ctx)  # receive times shared with the other replicas (`heard.py`)
 
     def start(self) -> None:
         load_maintenance(self.ctx)
@@ -163,7 +171,13 @@ class Liveness:
     def _run(self) -> None:
         while not self.stop.wait(CHECK_EVERY):
             try:
+                self.shared.tick()
+            except Exception as exc:  # the database is away: judged on this replica's times meanwhile
+                log.warning("could not share heartbeat times: %s", exc)
+            try:
                 self.check()
+            except OperationalError as exc:  # the database is away (failing over): said, not a traceback
+                log.warning("liveness check: the database did not answer (%s)", exc.__class__.__name__)
             except Exception:  # the next round tries again; a dead thread would lose nodes silently
                 log.exception("liveness check")
 
@@ -174,12 +188,14 @@ class Liveness:
             version = self.ctx.nodes_version  # read first: a change during the query re-reads next time
             n = schema.nodes
             with self.ctx.engines.reader.connect() as conn:
-                self._watched = list(
-                    conn.execute(
-                        select(n.c.name).where(n.c.registered.is_(True), n.c.state.in_(WATCHED))
-                    ).scalars()
-                )
+                rows = conn.execute(
+                    select(n.c.name, n.c.state, n.c.responding).where(n.c.registered.is_(True))
+                ).all()
+            self._watched = [r.name for r in rows if r.state in WATCHED]
             self._watched_key = (version, now)
+            if not self.ctx.engines.is_sqlite:  # another replica may have marked a node: follow it
+                silent = {r.name for r in rows if r.state in WATCHED and not r.responding}
+                self.ctx.node_status.sync(silent, {r.name for r in rows if r.state == "lost"})
         return self._watched
 
     def check(self) -> list[str]:

@@ -27,6 +27,7 @@ from corral.server.app import create_app
 from corral.server.auth import create_token
 from corral.server.cluster import apply_revision, get_setting, put_setting
 from corral.server.context import Context
+from corral.server.leader import replica_id
 from corral.server.liveness import mark_unheard
 from corral.server.throttle import FailedAuthThrottle
 from corral.store import schema
@@ -56,6 +57,7 @@ class ServerOptions:
     lost_after: float = 30.0  # seconds of silence before a node is lost (0: never)
     auth_failures: int = 20  # failed authentications an address may make at once (0: no limit)
     banner: bool = True  # say where things are once listening (`corral up` says it its own way)
+    replica: str = ""  # this replica's name in the leader lease (default: host and data directory)
 
 
 def is_loopback(host: str) -> bool:
@@ -159,6 +161,8 @@ def start_scheduler(opts: ServerOptions, env: dict[str, str]) -> subprocess.Pope
         opts.database_url,
         "--policy",
         opts.policy,
+        "--holder",
+        opts.replica,
     ]
     # the scheduler exits once this process is gone, even if it was gone before the scheduler looked
     return subprocess.Popen(cmd, env={**env, "CORRAL_SERVER_PID": str(os.getpid())})
@@ -202,6 +206,7 @@ def serve(opts: ServerOptions) -> None:
     private_dir(opts.data_dir)
     metrics_dir.prepare(opts.data_dir)  # done first by the commands, before metrics are imported
     lease = hold_database(opts.database_url)  # `corral admin restore` refuses while it is held
+    opts.replica = opts.replica or replica_id(str(opts.data_dir.resolve()))
     engines, token = prepare_store(opts)
     if token is not None:
         path = opts.data_dir / "admin-token"
@@ -211,6 +216,7 @@ def serve(opts: ServerOptions) -> None:
     ctx = Context(
         engines, allow_dynamic_nodes=opts.allow_dynamic_nodes, lost_after=opts.lost_after, policy=opts.policy
     )
+    ctx.replica = opts.replica if opts.scheduler else ""
     ctx.auth_failures = FailedAuthThrottle(opts.auth_failures)
     app = create_app(ctx)
     app.state.reports_dir = opts.reports_dir or opts.data_dir / "reports"

@@ -28,3 +28,10 @@ CONFIG_REFUSED = Counter(
     "corral_config_refused",
     "Configuration revisions the scheduler could not apply and refused (the last good one stayed in force)",
 )
+LEASE_RENEWALS = Counter("corral_leader_lease_renewals", "Renewals of the leader lease by this replica")
+LEASE_RENEW_FAILURES = Counter("corral_leader_lease_renew_failures", "Lease renewals that failed (no answer)")
+LEADER_TAKEOVERS = Counter("corral_leader_takeovers", "Times this replica's scheduler took the leader lease")
+STALE_COMMITS_REFUSED = Counter(
+    "corral_stale_commits_refused",
+    "Scheduler commits refused: the lease was no longer this scheduler's (a newer epoch, or not renewed)",
+)

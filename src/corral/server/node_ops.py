@@ -12,7 +12,7 @@ from corral.core.model import NodeState
 from corral.protocol import StopWhy
 from corral.server.allocations import attempts_on
 from corral.server.attempts import requeue_attempt
-from corral.server.auth import Principal
+from corral.server.auth import Principal, tokens_changed
 from corral.server.context import Context
 from corral.server.errors import ApiError
 from corral.store import schema
@@ -75,5 +75,6 @@ def forget_node(ctx: Context, conn: Connection, name: str) -> dict[str, Any]:
     )
     if ids:
         conn.execute(update(t).where(t.c.id.in_(ids)).values(revoked_at=time.time()))
+        tokens_changed(conn)
     conn.execute(update(n).where(n.c.name == name).values(agent_token=""))
     return {"name": name, "state": row.state, "reason": "", "revoked": ids}

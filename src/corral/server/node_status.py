@@ -3,7 +3,8 @@ incarnation, whether it is silent (not responding), lost, unclean, its GPUs' hea
 written and their NVML samples. One object, owned by the `Context`, changed only through its
 methods; the agents' routes and the liveness thread (`liveness.py`) read and write it.
 
-Held in memory only (DESIGN.md 6.4): a restarted API process starts with every node unheard."""
+Held in memory (DESIGN.md 6.4); with several replicas on PostgreSQL the receive times are also
+shared through the database in batches (`heard.py`), and the silent and lost sets re-read from it."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ class NodeStatus:
     def __init__(self, started: float | None = None) -> None:
         self.started = time.monotonic() if started is None else started
         self.heartbeats: dict[str, float] = {}  # node -> monotonic time of its last heartbeat
+        # node -> when another replica last heard it, on this one's monotonic clock (`heard.py`)
+        self.elsewhere: dict[str, float] = {}
         self.incarnations: dict[str, int] = {}
         # node -> its GPUs' last utilisation and memory samples (NVML nodes only), from heartbeats
         self.gpu_samples: dict[str, list[dict[str, Any]]] = {}
@@ -56,9 +59,27 @@ class NodeStatus:
             self.unclean.discard(node)
 
     # ---- what the liveness thread decides -------------------------------------------------------
+    def heard_elsewhere(self, times: dict[str, float]) -> None:
+        self.elsewhere = times
+
+    def last_heard(self, node: str) -> float | None:
+        """When the node was last heard, by this replica or by another (monotonic); None: never."""
+        here, there = self.heartbeats.get(node), self.elsewhere.get(node)
+        if here is None or there is None:
+            return here if there is None else there
+        return max(here, there)
+
     def silence(self, node: str, now: float) -> float:
-        """Seconds since the node was last heard (since the process started when never)."""
-        return now - self.heartbeats.get(node, self.started)
+        """Seconds since the node was last heard by any replica (since the process started when never)."""
+        heard = self.last_heard(node)
+        return now - (self.started if heard is None else max(heard, self.started))
+
+    def sync(self, silent: set[str], lost: set[str]) -> None:
+        """What the database says (another replica may have marked a node): nodes not responding,
+        so that a heartbeat here sets them back; nodes lost, whose agents must register again."""
+        self.silent = set(silent)
+        for node in lost - self.lost:
+            self.declared_lost(node)
 
     def went_silent(self, nodes: Iterable[str]) -> None:
         self.silent.update(nodes)
@@ -75,5 +96,5 @@ class NodeStatus:
         return self.gpu_samples.get(node, [])
 
     def heartbeat_age(self, node: str, now: float) -> float | None:
-        seen = self.heartbeats.get(node)
+        seen = self.last_heard(node)
         return None if seen is None else now - seen

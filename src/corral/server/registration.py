@@ -14,7 +14,8 @@ from sqlalchemy import Connection, func, select, update
 from corral.config.gpu_models import normalise_gpu_model
 from corral.core.model import NodeName, NodeSpec, NodeState
 from corral.protocol import HEARTBEAT_INTERVAL, LocalAttempt, Registered, Registration
-from corral.server.auth import Principal
+from corral.server.allocations import placed_on
+from corral.server.auth import Principal, tokens_changed
 from corral.server.cluster import cluster_event, node_spec_of, node_values
 from corral.server.context import Context
 from corral.server.errors import ApiError
@@ -50,6 +51,7 @@ def register_node(ctx: Context, who: Principal, reg: Registration, conn: Connect
         ).rowcount
         if bound != 1:
             raise ApiError(403, "this join token is already bound to another node")
+        tokens_changed(conn)
         ctx.tokens.forget(who.token_id)
     try:
         spec = NodeSpec(
@@ -176,13 +178,7 @@ def reconcile(ctx: Context, conn: Connection, reg: Registration) -> tuple[list[d
     """The node's live attempts as the server knows them, against what the agent runs. Attempts
     the agent no longer runs (a reboot, a crash with the fence's kill) end as `lost`; workers of
     attempts that have ended must be killed before the node takes work again (`stale`)."""
-    a = schema.attempts
-    rows = conn.execute(select(a.c.job_id, a.c.attempt, a.c.placement).where(a.c.state != "ended")).all()
-    live = [
-        {"job": r.job_id, "attempt": r.attempt}
-        for r in rows
-        if reg.node in {p["node"] for p in json.loads(r.placement)}
-    ]
+    live = [{"job": p.job, "attempt": p.attempt} for p in placed_on(conn, [reg.node])]
     running = {(x.job, x.attempt) for x in reg.running}
     gone = [x for x in live if (x["job"], x["attempt"]) not in running]
     if gone:

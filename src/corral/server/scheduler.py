@@ -18,11 +18,15 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import os
+import signal
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
+
+from sqlalchemy import Connection
 
 from corral.core import reasons as why_text
 from corral.core.cycle import schedule
@@ -33,34 +37,43 @@ from corral.server import metrics
 from corral.server import scheduler_db as db
 from corral.server.cluster import get_setting
 from corral.server.commit import Batch, EndItem, StartItem
-from corral.server.doorbell import Bell, Doorbell
+from corral.server.doorbell import bell_for, doorbell_for
 from corral.server.endings import Ending
 from corral.server.gates import Gates
 from corral.server.in_force import NoRevisionApplies, choose, report_refusal
 from corral.server.jobs import spec_from_json
 from corral.server.journal_apply import JournalApplier
+from corral.server.leader import Deposed, Lease
 from corral.server.learned import learned
 from corral.server.pacing import Pacing
 from corral.server.reasons import ReasonBook, ReasonChange
 from corral.server.restore import unapplied_exits
-from corral.store.engine import Engines, make_engines
+from corral.store.engine import Engines
 
 log = logging.getLogger("corral.scheduler")
 
+FAULT_STOP_BEFORE_COMMIT = "CORRAL_FAULT_STOP_BEFORE_COMMIT"
 FALLBACK_WAKE = 2.0  # seconds: re-read the journal even without a ring
 # cycles are paced, and reasons alone written now and then: `pacing.py`
 
 
 class Scheduler(JournalApplier):
     def __init__(
-        self, engines: Engines, policy: str = "default", clock: Callable[[], float] = time.time
+        self,
+        engines: Engines,
+        policy: str = "default",
+        clock: Callable[[], float] = time.time,
+        lease: Lease | None = None,
     ) -> None:
         self.engines = engines
+        # the leader lease (`leader.py`): every transaction that writes decisions checks it first;
+        # None only where one scheduler runs by construction (tests, scenarios)
+        self.lease = lease
         self.clock = clock  # scheduling time (Unix time; tests and scenarios inject a virtual one)
         self.profile = load_policy(policy)
         self.policy = policy
-        self.doorbell = Doorbell("scheduler")
-        self.api_bell = Bell("api", engines.reader)
+        self.doorbell = doorbell_for("scheduler", engines)
+        self.api_bell = bell_for(["api"], engines)  # every replica's long polls, on PostgreSQL
         self.stop = threading.Event()
         self.state: ClusterState | None = None
         self.last_seq = 0
@@ -78,6 +91,7 @@ class Scheduler(JournalApplier):
         self.revision = -1
         self.pacing = Pacing()
         self.gates = Gates()  # array tasks beyond %N and jobs whose dependency waits (server/gates.py)
+        self.gates.fence = self.fence
         self._submitted: dict[str, Any] = {}  # rows of the jobs `_load_pending` read last
 
     @property
@@ -123,6 +137,7 @@ class Scheduler(JournalApplier):
         self.own.clear()
         if found.refused is not None:
             with self.engines.writer.begin() as conn:
+                self.fence(conn)
                 self.own.update(report_refusal(conn, found.refused, model.revision, self.engines.is_sqlite))
         if found.left_out:
             log.error(
@@ -138,12 +153,29 @@ class Scheduler(JournalApplier):
             self.last_seq,
         )
 
+    def fence(self, conn: Connection) -> None:
+        """First thing in every transaction that writes decisions: `Deposed` unless still the leader."""
+        if self.lease is not None:
+            self.lease.fence(conn)
+
+    def leading(self) -> bool:
+        return self.lease is None or self.lease.valid()
+
     # ---- the loop -----------------------------------------------------------------------
     def run(self) -> None:
+        """Decide until stopped, or until deposed (the lease is lost: then it returns)."""
+        try:
+            self._run()
+        except Deposed as exc:
+            log.error("no longer the leader: %s", exc)
+
+    def _run(self) -> None:
         self.doorbell.publish(self.engines.writer)
         self.reload_until_applicable()
         self.step(force=True)
         while not self.stop.is_set():
+            if not self.leading():
+                raise Deposed("the leader lease was lost")
             now = self.clock()
             while self.timers and self.timers[0] <= now:
                 heapq.heappop(self.timers)
@@ -258,7 +290,10 @@ class Scheduler(JournalApplier):
     ) -> Batch:
         state = self.state
         assert state is not None
+        if result is not None and result.starts:
+            _fault_pause()
         with self.engines.writer.begin() as conn:
+            self.fence(conn)
             batch = Batch(conn, self.engines.is_sqlite, now)
             ends = [EndItem(job_id, attempt, ending) for job_id, attempt, ending in endings]
             batch.groups(batch.ends, ends, lambda e: f"end {e.job}")
@@ -298,12 +333,16 @@ class Scheduler(JournalApplier):
             return db.start_extras(conn, ids)
 
 
+def _fault_pause() -> None:
+    """Fault injection for the tests of the fence (tests/server/test_ha.py): when the file named by
+    `CORRAL_FAULT_STOP_BEFORE_COMMIT` exists, remove it and stop this process (SIGSTOP) with the
+    cycle's starts decided but not written; they are written, or refused, when it is continued."""
+    path = os.environ.get(FAULT_STOP_BEFORE_COMMIT)
+    if path and os.path.exists(path):
+        os.unlink(path)
+        log.warning("fault injection: stopping before a commit")
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 def _decided(result: CycleResult) -> bool:
     return bool(result.starts or result.preemptions or result.rejections)
-
-
-def main(url: str, policy: str = "default") -> None:
-    """Entry point of `corral scheduler` (the server starts it as its own process)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s scheduler %(levelname)s %(message)s")
-    engines = make_engines(url)
-    Scheduler(engines, policy).run()

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from corral.server.scheduler import main
+from corral.server.replica import main
 from corral.store.inuse import hold_database
 
 
@@ -27,11 +27,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="corral-scheduler")
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--policy", default="default")
+    parser.add_argument("--holder", default=None, help="the replica's name in the leader lease")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     threading.Thread(target=_parent_watch, daemon=True).start()
     _lease = hold_database(args.database_url)  # held until the process ends
     try:
-        main(args.database_url, args.policy)
+        main(args.database_url, args.policy, args.holder)
     except KeyboardInterrupt:  # Ctrl-C reaches the whole process group of `corral server`/`up`
         sys.exit(0)

@@ -361,7 +361,7 @@ class Simulation:
         span = _span(state, attempt.placement)
         req = attempt.job.request
         if not isinstance(req, Request):
-            req = request_for(state, job.spec, self.profile.filters, attempt.job.shape)
+            req = request_for(state, job.spec, attempt.job.shape)
         ideal = self.ideal.of(req)
         job.attempt, job.started = attempt_no, now
         factor = self._factors.get((span, ideal))

@@ -26,6 +26,9 @@ from sqlalchemy import Connection, Engine, create_engine, event
 
 JOURNAL_LOCK = 73_010_001  # pg_advisory_xact_lock key for journal appends
 BUSY_TIMEOUT_MS = 30_000
+WRITER_IDLE_MS = 5_000  # PostgreSQL ends a writer session idle inside a transaction this long
+READER_IDLE_MS = 120_000  # a reader's (the scheduler's snapshot of a big cluster takes seconds)
+PG_CONNECT_TIMEOUT_S = 5
 
 
 @dataclass(frozen=True)
@@ -62,8 +65,14 @@ def make_engines(url: str, durability: str = "normal") -> Engines:
             _sqlite_hooks(engine, sync, immediate)
         return Engines(url, writer, reader)
     if url.startswith("postgresql"):
-        writer = create_engine(url, pool_size=2, max_overflow=2, pool_pre_ping=True)
-        reader = create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+        # a writer cut off mid-transaction holds the journal's lock (every writer's, on every
+        # replica) until the server ends its session: at most WRITER_IDLE_MS after its last word
+        writer = create_engine(
+            url, pool_size=2, max_overflow=2, pool_pre_ping=True, connect_args=_pg_args(WRITER_IDLE_MS)
+        )
+        reader = create_engine(
+            url, pool_size=8, max_overflow=8, pool_pre_ping=True, connect_args=_pg_args(READER_IDLE_MS)
+        )
 
         @event.listens_for(writer, "begin")
         def _journal_lock_first(conn: Connection) -> None:
@@ -72,6 +81,30 @@ def make_engines(url: str, durability: str = "normal") -> Engines:
         return Engines(url, writer, reader)
     raise ValueError(
         f"unsupported database URL {url.split(':', 1)[0]!r}: use sqlite:///PATH or postgresql+psycopg://..."
+    )
+
+
+def _pg_args(idle_ms: int) -> dict[str, Any]:
+    return {
+        "connect_timeout": PG_CONNECT_TIMEOUT_S,
+        "options": f"-c idle_in_transaction_session_timeout={idle_ms}",
+    }
+
+
+def side_engine(url: str, timeout_s: int = 3) -> Engine:
+    """A small engine of its own (the leader lease, `server/leader.py`): short transactions that
+    must not wait behind the writer's connection, nor hang on a database that went away."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, pool_size=1, max_overflow=1)
+        _sqlite_hooks(engine, "NORMAL", True)
+        return engine
+    options = f"-c statement_timeout={timeout_s * 1000} -c idle_in_transaction_session_timeout=5000"
+    return create_engine(
+        url,
+        pool_size=1,
+        max_overflow=1,
+        pool_pre_ping=True,
+        connect_args={"connect_timeout": timeout_s, "options": options},
     )
 
 

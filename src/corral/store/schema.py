@@ -3,6 +3,8 @@
 Rules that live in the schema (DESIGN.md 6.2):
 - `allocations` has a unique index on (node, gpu) over live rows only, so a GPU given twice
   is a database error in SQLite and PostgreSQL alike, whatever the code above does.
+- `attempt_nodes` names every node of every attempt (GPUs or not): what runs on a node is read
+  there, never decoded from `attempts.placement`.
 - `events` is the one ordered journal: the event log of DESIGN.md 4.6 plus internal kinds
   (prefixed `x.`) that the scheduler tails; `seq` order is commit order (writers serialise).
 - `jobs.version` guards every change to a job: writers update `WHERE version = :seen`.
@@ -118,6 +120,20 @@ allocations = Table(
         postgresql_where=text("live = 1"),
     ),
     Index("ix_allocations_job", "job_id", "attempt"),
+)
+
+attempt_nodes = Table(
+    # one row per node of an attempt, 0-GPU attempts included: the one answer to "which
+    # attempts run on node N" (server/allocations.py); `master` marks the node of replica 0,
+    # whose master port (attempts.master_port) a new attempt there must not take (DESIGN.md 4.3)
+    "attempt_nodes",
+    metadata,
+    Column("job_id", String(64), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("node", String(200), nullable=False),
+    Column("master", Boolean, nullable=False, server_default=text("false")),
+    PrimaryKeyConstraint("job_id", "attempt", "node"),
+    Index("ix_attempt_nodes_node", "node"),
 )
 
 nodes = Table(
@@ -249,4 +265,53 @@ notify_deliveries = Table(
     Column("last_error", Text, nullable=False, server_default=""),
     Index("ix_notify_deliveries_state_next", "state", "next_at"),
     Index("ix_notify_deliveries_job", "job"),
+)
+
+# a client's `Idempotency-Key` on a submission (server/idempotency.py): written in the transaction
+# that writes the job, so a retry of a request whose answer was lost finds the job it made; one
+# key per submitting user; rows older than the key's lifetime (24 h) are deleted
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("user", String(200), nullable=False),
+    Column("key", String(255), nullable=False),
+    Column("digest", String(64), nullable=False),  # SHA-256 of the request body (canonical JSON)
+    Column("job_id", String(64), nullable=False),  # the job, or the job array, it made
+    Column("created_at", Float, nullable=False),
+    Index("ux_idempotency_user_key", "user", "key", unique=True),
+    Index("ix_idempotency_created", "created_at"),
+)
+
+# the scheduler's leader lease (one row, id 1; `server/leader.py`): who decides, under which
+# epoch (raised by every takeover: the fencing token every scheduler commit checks), and until
+# when (the database's clock, Unix seconds)
+leader = Table(
+    "leader",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("holder", String(200), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("since", Float, nullable=False),  # when this epoch began
+)
+
+# when each node was last heard of by any API replica (the database's clock), written in batches
+# by every replica (`server/heard.py`), so a node's liveness does not depend on which replica its
+# heartbeats reach
+node_heard = Table(
+    "node_heard",
+    metadata,
+    Column("node", String(200), primary_key=True),
+    Column("heard_at", Float, nullable=False),
+)
+
+# one-time dashboard login codes (`dashboard.LoginLinks`): any replica may redeem a code another
+# made. The token is stored sealed with the code (only the code's SHA-256 is stored)
+login_codes = Table(
+    "login_codes",
+    metadata,
+    Column("hash", String(64), primary_key=True),
+    Column("sealed", Text, nullable=False),
+    Column("expires_at", Float, nullable=False),
 )

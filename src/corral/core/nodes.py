@@ -1,0 +1,287 @@
+"""The nodes' side of the cluster state: GPU masks, CPUs and memory per node, the free-count
+index, and every change of them (through the plan, or by adapters between cycles).
+
+`ClusterState` (`state.py`) adds queues, pending jobs and running attempts to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from corral.core.errors import InvariantError
+from corral.core.index import FreeIndex
+from corral.core.model import NodeName, NodeSpec, NodeState
+from corral.core.occupancy import Occupancy
+from corral.core.plan import Plan
+from corral.core.topology import ClusterTopology
+
+if TYPE_CHECKING:
+    from corral.core.placement import Request
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClass:
+    """Nodes that a filter cannot tell apart: same GPUs, model, memory, CPUs, NVLink and labels."""
+
+    id: int
+    spec: NodeSpec  # the first node of the class, for filters
+    nvlink_groups: int
+    largest_group: int
+
+
+@dataclass(slots=True)
+class Caches:
+    """Answers per job shape that hold until static capacity (nodes, queues) changes: the state
+    replaces them all then (`ClusterState.caches`)."""
+
+    # placement request per job shape (`request.request_for`)
+    requests: dict[tuple[object, ...], Request] = field(default_factory=dict)
+    # why a job can never fit, per verdict key; None: it can (`cycle`)
+    never_fits: dict[int, str | None] = field(default_factory=dict)
+    # most replicas one domain of a span holds when empty, per (request, span) (`request`)
+    static_capacity: dict[tuple[Request, int], int] = field(default_factory=dict)
+    any_quota: bool | None = None  # whether any queue has a quota (`fairshare`)
+    # every queue's borrowing room, at the queues' use version it was computed for (`fairshare`)
+    borrow_rooms: tuple[int, dict[str, tuple[int, int]]] | None = None
+
+
+class NodeTable:
+    """The nodes of a `ClusterState` and their GPUs, changed only through `plan` (or by adapters
+    between cycles)."""
+
+    def __init__(self, levels: Sequence[str] = ()) -> None:
+        self.topology = ClusterTopology(levels)
+        self.plan = Plan()
+        self.index = FreeIndex()
+        self.nvl_index = FreeIndex()  # root-level buckets by free GPUs in the best NVLink group
+        self.index.add_domain()
+        self.nvl_index.add_domain()
+        self.specs: list[NodeSpec] = []
+        self.node_ids: dict[NodeName, int] = {}
+        self.node_class: list[int] = []
+        self.classes: list[NodeClass] = []
+        self._class_keys: dict[tuple[object, ...], int] = {}
+        self.group_masks: list[tuple[int, ...]] = []
+        self.node_state: list[NodeState] = []
+        self.unschedulable: set[int] = set()  # nodes not up (cordoned, draining, down, lost)
+        self.healthy: list[int] = []
+        self.alloc: list[int] = []
+        self.held: list[int] = []
+        self.reserved: list[int] = []
+        self.exclusive: list[bool] = []
+        self.free_cpus: list[int] = []
+        self.free_memory: list[float] = []
+        self.total_gpus = self.total_cpus = 0
+        self.total_memory = 0.0
+        self.occupancy = Occupancy()
+        self.generation = 0  # bumped whenever static capacity changes (nodes, queues)
+        self.caches = Caches()
+        # bumped whenever a node's GPUs change (allocated, held, reserved, healthy, up, exclusive):
+        # every such change goes through `_refresh`
+        self.node_version = 0
+        # names the state apart from reserved GPUs: a fresh id after every other change of what a
+        # reservation search reads (GPUs, CPUs, memory, nodes, running attempts and their ends);
+        # undoing a change through the plan gives back the id from before it (the index keeps no
+        # trace of tentative work: `index`), so equal ids mean equal states
+        self.base_id = 0
+        self._last_id = 0
+        self.reserved_at: dict[int, int] = {}  # node -> reserved GPUs, where any
+        # `reserve.earliest_fit` answers per request: (base id, reserved GPUs, answer)
+        self.fit_memo: dict[Request, tuple[int, tuple[tuple[int, int], ...], object]] = {}
+
+    def add_node(self, spec: NodeSpec, state: NodeState = NodeState.UP) -> int:
+        if spec.name in self.node_ids:
+            raise ValueError(f"node {spec.name} is already in the cluster")
+        node = len(self.specs)
+        topo_labels = set(self.topology.levels)
+        key = (
+            spec.gpus,
+            spec.gpu_model,
+            spec.gpu_memory_gib,
+            spec.cpus,
+            spec.memory_gib,
+            spec.nvlink,
+            tuple(sorted((k, v) for k, v in spec.labels.items() if k not in topo_labels)),
+        )
+        cls = self._class_keys.get(key)
+        if cls is None:
+            cls = self.index.add_class(spec.gpus)
+            self.nvl_index.add_class(spec.gpus)
+            self._class_keys[key] = cls
+            largest = max((len(g) for g in spec.nvlink), default=0)
+            self.classes.append(NodeClass(cls, spec, len(spec.nvlink), largest))
+        before = len(self.topology.domains)
+        domains = self.topology.add_node(spec)
+        for _ in range(len(self.topology.domains) - before):
+            self.index.add_domain()
+        self.index.add_node(node, cls, domains)
+        self.nvl_index.add_node(node, cls, (0,))
+        self.specs.append(spec)
+        self.node_ids[spec.name] = node
+        self.occupancy.add_node()
+        self.node_class.append(cls)
+        self.group_masks.append(tuple(sum(1 << i for i in g) for g in spec.nvlink))
+        self.node_state.append(state)
+        if state is not NodeState.UP:
+            self.unschedulable.add(node)
+        self.healthy.append((1 << spec.gpus) - 1)
+        self.alloc.append(0)
+        self.held.append(0)
+        self.reserved.append(0)
+        self.exclusive.append(False)
+        self.free_cpus.append(spec.cpus)
+        self.free_memory.append(spec.memory_gib)
+        self.total_gpus += spec.gpus
+        self.total_cpus += spec.cpus
+        self.total_memory += spec.memory_gib
+        self.generation += 1
+        self.caches = Caches()
+        self.fit_memo = {}
+        self._new_id()
+        self._refresh(node)
+        return node
+
+    def set_node_state(self, name: NodeName, state: NodeState) -> None:
+        node = self.node_ids[name]
+        self.node_state[node] = state
+        self._new_id()
+        if state is NodeState.UP:
+            self.unschedulable.discard(node)
+        else:
+            self.unschedulable.add(node)
+        self._refresh(node)
+
+    def set_gpu_health(self, name: NodeName, gpu: int, healthy: bool) -> None:
+        node = self.node_ids[name]
+        bit = 1 << gpu
+        self.healthy[node] = (self.healthy[node] | bit) if healthy else (self.healthy[node] & ~bit)
+        self._new_id()
+        self._refresh(node)
+
+    def free_mask(self, node: int) -> int:
+        """GPUs of a node that are healthy, unallocated and not held for a nominated job."""
+        return self.healthy[node] & ~self.alloc[node] & ~self.held[node]
+
+    def is_schedulable(self, node: int) -> bool:
+        return self.node_state[node] is NodeState.UP and not self.exclusive[node]
+
+    def available(self, node: int, alloc: int, exclusive: bool) -> int:
+        """A node's available GPUs (healthy, not allocated, not held, minus reserved) were its
+        allocated mask `alloc` and its exclusive flag `exclusive`: 0 unless it is up."""
+        if self.node_state[node] is not NodeState.UP or exclusive:
+            return 0
+        free = self.healthy[node] & ~alloc & ~self.held[node]
+        return max(0, free.bit_count() - self.reserved[node])
+
+    def available_lifting(self, node: int, gpus: int) -> int:
+        """A node's available GPUs were `gpus` of its reserved GPUs given back."""
+        if self.node_state[node] is not NodeState.UP or self.exclusive[node]:
+            return 0
+        free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
+        return max(0, free.bit_count() - self.reserved[node] + gpus)
+
+    def _new_id(self) -> None:
+        self._last_id += 1
+        self.base_id = self._last_id
+
+    def _refresh(self, node: int) -> None:
+        """Recompute a node's available count and move it in the buckets (`available`, inlined:
+        the hottest path of tentative work)."""
+        self.node_version += 1
+        if self.node_state[node] is not NodeState.UP or self.exclusive[node]:
+            self.index.move(node, 0)
+            self.nvl_index.move(node, 0)
+            return
+        free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
+        avail = free.bit_count() - self.reserved[node]
+        if avail <= 0:
+            self.index.move(node, 0)
+            self.nvl_index.move(node, 0)
+            return
+        self.index.move(node, avail)
+        masks = self.group_masks[node]
+        if len(masks) > 1:
+            best = max((free & m).bit_count() for m in masks)
+            self.nvl_index.move(node, min(best, avail))
+
+    # ---- tentative changes, through the plan -------------------------------------------
+    def take(self, node: int, mask: int, cpus: int, memory: float, exclusive: bool) -> None:
+        """Allocate GPUs (and CPUs, memory) of a node; undone by rollback."""
+        if self.alloc[node] & mask:
+            raise InvariantError(f"GPU mask {mask:#x} of node {self.specs[node].name} is already allocated")
+        before = self.base_id
+        self._hold_resources(node, mask, cpus, memory, exclusive, True)
+        self.plan.record(self._undo_hold, node, mask, cpus, memory, exclusive, False, before, self.base_id)
+
+    def give_back(self, node: int, mask: int, cpus: int, memory: float, exclusive: bool) -> None:
+        """Release GPUs of a node; undone by rollback."""
+        if self.alloc[node] & mask != mask:
+            raise InvariantError(f"GPU mask {mask:#x} of node {self.specs[node].name} is not allocated")
+        before = self.base_id
+        self._hold_resources(node, mask, cpus, memory, exclusive, False)
+        self.plan.record(self._undo_hold, node, mask, cpus, memory, exclusive, True, before, self.base_id)
+
+    def _undo_hold(
+        self,
+        node: int,
+        mask: int,
+        cpus: int,
+        memory: float,
+        exclusive: bool,
+        held: bool,
+        before: int,
+        after: int,
+    ) -> None:
+        """Undo a change that moved the base id from `before` to `after`: the state is the one named
+        `before` again, unless some change outside the plan came in between (a fresh id then)."""
+        same = self.base_id == after
+        self._hold_resources(node, mask, cpus, memory, exclusive, held)
+        if same:
+            self.base_id = before
+
+    def _hold_resources(
+        self, node: int, mask: int, cpus: int, memory: float, exclusive: bool, held: bool
+    ) -> None:
+        """Mark a node's GPUs (and CPUs, memory) allocated or free, outside the plan."""
+        sign = 1 if held else -1
+        self.alloc[node] = self.alloc[node] | mask if held else self.alloc[node] & ~mask
+        self.free_cpus[node] -= sign * cpus
+        self.free_memory[node] -= sign * memory
+        if exclusive:
+            self.exclusive[node] = held
+        self._new_id()
+        self._refresh(node)
+
+    def set_reserved(self, node: int, count: int) -> None:
+        self.plan.record(self._set_reserved_raw, node, self.reserved[node])
+        self._set_reserved_raw(node, count)
+
+    def reset_reserved(self, node: int) -> None:
+        """Drop a node's reservations outside the plan (at the end of a cycle)."""
+        self._set_reserved_raw(node, 0)
+
+    def _set_reserved_raw(self, node: int, count: int) -> None:
+        self.reserved[node] = count
+        if count:
+            self.reserved_at[node] = count
+        else:
+            self.reserved_at.pop(node, None)
+        self._refresh(node)
+
+    def set_held(self, node: int, mask: int) -> None:
+        before, old = self.base_id, self.held[node]
+        self._set_held_raw(node, mask)
+        self.plan.record(self._undo_held, node, old, before, self.base_id)
+
+    def _undo_held(self, node: int, mask: int, before: int, after: int) -> None:
+        same = self.base_id == after  # as `_undo_hold`
+        self._set_held_raw(node, mask)
+        if same:
+            self.base_id = before
+
+    def _set_held_raw(self, node: int, mask: int) -> None:
+        self.held[node] = mask
+        self._new_id()
+        self._refresh(node)
