@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from corral.core.cycle import schedule
-from corral.core.estimated_holds import CONFIDENT_DRAWN, REFRESH, estimated_hold
+from corral.core.estimated_holds import CONFIDENT_DRAWN, ESTIMATES_KEPT, REFRESH, estimated_hold
 from corral.core.estimates import BASES, Estimate, Estimator
 from corral.core.jobs import PendingJob
 from corral.core.model import INFINITY, JobId, JobSpec, NodeSpec, QueueSpec
@@ -78,9 +78,11 @@ def test_a_gang_behind_unlimited_jobs_is_reserved_from_their_estimated_ends() ->
     for i in range(2):
         state.submit(JobSpec(id=JobId(f"s{i}"), queue="a", name="small", user="u", gpus_per_replica=4))
     schedule(state, profile, 0.0)
-    assert all(a.limit_end == INFINITY and a.estimated_end == 600.0 for a in state.running.values())
+    assert all(a.limit_end == INFINITY for a in state.running.values())
+    assert not state.by_estimate  # no search wants estimated ends yet: none kept
     state.submit(JobSpec(id=JobId("big"), queue="a", user="u", gpus_per_replica=8, submit_time=1.0, seq=1))
     result = schedule(state, profile, 1.0)
+    assert all(a.estimated_end == 600.0 for a in state.running.values())
     assert [r.start for r in result.reservations] == [600.0]
     text = result.reasons[JobId("big")].message
     assert "reserved to start at about t=600s (estimated from 3 finished jobs of" in text
@@ -170,3 +172,19 @@ def test_shortest_estimated_delays_a_job_by_at_most_cap() -> None:
     assert order.key(pending)[1] == 100.0 + 3600.0
     pending.estimate = Estimate(60.0, 50, BASES[2])
     assert order.key(pending)[1] == 160.0
+
+
+def test_estimated_ends_are_kept_only_while_reservation_searches_use_them() -> None:
+    state = _cluster()
+    profile = dataclasses.replace(load_policy("default"), hold_after=0.0)
+    _two_small_running(state, profile, 3)
+    assert not state.estimating and not state.by_estimate  # nothing blocked yet: nothing estimated
+    schedule(state, profile, 1.0)  # the gang is blocked: the running jobs get estimated ends
+    assert state.estimating and len(state.by_estimate) == 2
+    state.remove_pending(JobId("big"))
+    schedule(state, profile, 2.0 + ESTIMATES_KEPT)  # no search wanted them for a while: dropped
+    assert not state.estimating and not state.by_estimate
+    assert all(a.estimate_key is None for a in state.running.values())
+    state.submit(JobSpec(id=JobId("big2"), queue="a", user="u", gpus_per_replica=8, submit_time=5.0, seq=2))
+    result = schedule(state, profile, 3.0 + ESTIMATES_KEPT)  # wanted again: estimated again
+    assert len(state.by_estimate) == 2 and [r.job for r in result.reservations] == [JobId("big2")]

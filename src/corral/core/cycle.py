@@ -15,7 +15,7 @@ from collections.abc import Hashable
 from corral.core import order, repeats, reserve
 from corral.core import reasons as why_text
 from corral.core.decisions import CycleResult, Reason, Reject, Reserve, Start, Why
-from corral.core.estimated_holds import confident, estimated_hold
+from corral.core.estimated_holds import ESTIMATES_KEPT, confident, estimated_hold
 from corral.core.fairshare import advance_usage
 from corral.core.jobs import PendingJob, shape_of
 from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
@@ -35,6 +35,8 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
     state.set_order(profile.job_order.key)
     if profile.usage_half_life:
         advance_usage(state, now, profile.usage_half_life)
+    if state.estimating and now - state.estimates_used_at > ESTIMATES_KEPT:
+        state.forget_estimates()
     if state.by_estimate:
         state.refresh_estimates(now)
     _reject_never_fitting(state, profile, result)
@@ -352,7 +354,7 @@ class _Cycle:
         ):
             self.reserved_queues.add(queue)
             found, estimate = reserve.earliest_fit(state, req, self.now), None
-            if found is None and state.by_estimate:
+            if found is None and state.want_estimates(self.now):
                 found, estimate = estimated_hold(state, job, req, self.now)
                 hold_at = job.spec.submit_time + self.profile.hold_after
                 if found is not None and hold_at > self.now and not confident(estimate):

@@ -27,6 +27,8 @@ from corral.core.reserve import Reservation, estimated_fit
 from corral.core.state import ClusterState
 
 REFRESH = 1800.0  # seconds an estimated reservation is reused before it is searched again
+# seconds running attempts keep estimated ends after no search wanted them (`ClusterState.want_estimates`)
+ESTIMATES_KEPT = 2 * REFRESH
 CONFIDENT_DRAWN = 100  # past jobs an estimate must draw on to hold GPUs at once
 CONFIDENT_BASES = frozenset(BASES[:3])  # the queue and size, or finer keys
 
@@ -41,6 +43,7 @@ def estimated_hold(
 ) -> tuple[Reservation | None, Estimate | None]:
     """The job's reservation from estimated ends (and the estimate its start rests on), searched
     at most once per `REFRESH` seconds while the start it found is still ahead."""
+    state.want_estimates(now)  # (running attempts get estimated ends, if they had none)
     known = job.estimated_hold
     if known is not None:
         at, start, capacity, estimate = known

@@ -48,17 +48,21 @@ class _Runs:
         self.ordered: list[float] = []
 
 
-def keys_of(spec: JobSpec) -> list[tuple[object, ...]]:
-    """The history keys of a job, most detailed first (one per entry of `BASES`)."""
+Keys = tuple[tuple[object, ...], ...]
+
+
+def keys_of(spec: JobSpec) -> Keys:
+    """The history keys of a job, most detailed first (one per entry of `BASES`); the state
+    builds them once per job (`PendingJob.history_keys`)."""
     gpus = spec.replicas * spec.gpus_per_replica
     model = ",".join(spec.gpu_model)
-    return [
+    return (
         ("n", spec.queue, spec.user, spec.name, gpus, model),
         ("u", spec.queue, spec.user, gpus),
         ("s", spec.queue, gpus),
         ("q", spec.queue),
         ("c",),
-    ]
+    )
 
 
 class Estimator:
@@ -71,10 +75,10 @@ class Estimator:
         self.runs: dict[tuple[object, ...], _Runs] = {}
         self.observed = 0
 
-    def observe(self, spec: JobSpec, seconds: float) -> None:
-        """A job of this spec ran `seconds` in all."""
+    def observe(self, spec: JobSpec, seconds: float, keys: Keys | None = None) -> None:
+        """A job of this spec (and these `keys_of` it, when known) ran `seconds` in all."""
         self.observed += 1
-        for key in keys_of(spec):
+        for key in keys_of(spec) if keys is None else keys:
             runs = self.runs.get(key)
             if runs is None:
                 if len(self.runs) >= self.max_keys:
@@ -87,11 +91,12 @@ class Estimator:
                 i = bisect_right(runs.ordered, old) - 1
                 del runs.ordered[i]
 
-    def estimate(self, spec: JobSpec, attained: float = 0.0) -> Estimate | None:
-        """The job's run time in all, given it has run `attained` seconds (None: no history at all)."""
+    def estimate(self, spec: JobSpec, attained: float = 0.0, keys: Keys | None = None) -> Estimate | None:
+        """The job's run time in all, given it has run `attained` seconds (None: no history at all);
+        `keys`: `keys_of(spec)`, when known."""
         if not self.runs:
             return None
-        for key, basis in zip(keys_of(spec), BASES, strict=True):
+        for key, basis in zip(keys_of(spec) if keys is None else keys, BASES, strict=True):
             runs = self.runs.get(key)
             if runs is None:
                 continue

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from corral.core.errors import InvariantError
-from corral.core.estimates import Estimator
+from corral.core.estimates import Estimator, Keys, keys_of
 from corral.core.jobs import NO_END, Nomination, PendingJob, QueueState, RunningAttempt, shape_of
 from corral.core.model import (
     DEFAULT_PRIORITY_CLASSES,
@@ -44,9 +44,12 @@ class ClusterState(NodeTable):
         self.running: dict[JobId, RunningAttempt] = {}
         self.by_end: list[tuple[float, int, JobId]] = []
         # run times learned from finished jobs (None: no estimates); the estimated ends of the
-        # attempts without a time limit, sorted (`RunningAttempt.estimate_key`)
+        # attempts without a time limit, sorted (`RunningAttempt.estimate_key`), kept only while
+        # reservation searches use them (`estimating`: since `want_estimates`, until unused a while)
         self.estimator: Estimator | None = None
         self.by_estimate: list[tuple[float, int, JobId]] = []
+        self.estimating = False
+        self.estimates_used_at = 0.0
         self._start_seq = 0
         self.queues: dict[QueueName, QueueState] = {q.name: QueueState(q) for q in queues}
         self.priority_classes: dict[str, PriorityClass] = {p.name: p for p in priority_classes}
@@ -157,7 +160,7 @@ class ClusterState(NodeTable):
         spec = job.spec
         queue = self.queue(spec.queue)
         if self.estimator is not None:
-            job.estimate = self.estimator.estimate(spec, _seconds_run(job))
+            job.estimate = self.estimator.estimate(spec, _seconds_run(job), _keys(job))
         job.key = self.order_key(job)
         queue.pending[spec.id] = job
         insort(queue.pending_keys, job.key)
@@ -272,7 +275,7 @@ class ClusterState(NodeTable):
         self._start_seq += 1
         attempt.end_key = (attempt.expected_end, self._start_seq, job_id)
         insort(self.by_end, attempt.end_key)
-        if self.estimator is not None and attempt.limit_end == NO_END:
+        if self.estimating and attempt.limit_end == NO_END:
             self._estimate_end(attempt, attempt.start)
         before = self.base_id
         self._new_id()
@@ -328,7 +331,7 @@ class ClusterState(NodeTable):
         if requeue:
             self._enqueue(job)
         elif self.estimator is not None:
-            self.estimator.observe(spec, _seconds_run(job) if spec.gpus else now - attempt.start)
+            self.estimator.observe(spec, _seconds_run(job) if spec.gpus else now - attempt.start, _keys(job))
         return attempt
 
     # ---- estimates (`estimates`: never limits) ------------------------------------------
@@ -336,7 +339,7 @@ class ClusterState(NodeTable):
         """Estimate when an attempt without a time limit ends, given the time it has run by `now`."""
         assert self.estimator is not None
         before = _seconds_run(attempt.job)  # earlier attempts
-        found = self.estimator.estimate(attempt.spec, before + now - attempt.start)
+        found = self.estimator.estimate(attempt.spec, before + now - attempt.start, _keys(attempt.job))
         if found is None:
             return
         attempt.estimate = found
@@ -350,6 +353,24 @@ class ClusterState(NodeTable):
         if key is not None:
             attempt.estimate_key = None
             del self.by_estimate[bisect_left(self.by_estimate, key)]
+
+    def want_estimates(self, now: float) -> bool:
+        """Whether running attempts have estimated ends (a search on them may be worth it): kept
+        from the first call on, estimating every running attempt without a time limit then."""
+        self.estimates_used_at = now
+        if not self.estimating and self.estimator is not None:
+            self.estimating = True
+            for attempt in self.running.values():
+                if attempt.limit_end == NO_END and attempt.preempting_deadline is None:
+                    self._estimate_end(attempt, now)
+        return bool(self.by_estimate)
+
+    def forget_estimates(self) -> None:
+        """Stop keeping estimated ends (no search used them for a while; `want_estimates`)."""
+        for _, _, job_id in self.by_estimate:
+            self.running[job_id].estimate_key = None
+        self.by_estimate.clear()
+        self.estimating = False
 
     def refresh_estimates(self, now: float) -> None:
         """Attempts running past their estimated end get a later one (from the run times longer
@@ -409,6 +430,14 @@ class ClusterState(NodeTable):
             self._set_held_raw(node, self.held[node] & ~mask)
         self.queues[job.spec.queue].incoming_gpus -= job.spec.gpus
         self.use_version += 1
+
+
+def _keys(job: PendingJob) -> Keys:
+    """The job's history keys (`estimates.keys_of`), built once."""
+    keys = job.history_keys
+    if keys is None:
+        keys = job.history_keys = keys_of(job.spec)
+    return keys
 
 
 def _seconds_run(job: PendingJob) -> float:
