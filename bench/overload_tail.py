@@ -8,7 +8,8 @@ Replays the setting of `bench/sim_quality.py` once and prints, from the event lo
 - the jobs whose JCT is at or above the run's p99: how many were preempted, and their JCT split
   into the wait before their first start, the time lost to preemption and the rest;
 - the `--top` longest waits for a first start: job, queue, GPUs, submit time, wait, its queue's
-  quota and the GPUs its queue held when it started.
+  quota, the GPUs its queue held when it started, and how much of the wait its queue spent
+  below its quota (the rest it waited for GPUs beyond its queue's guarantee).
 """
 
 from __future__ import annotations
@@ -45,12 +46,23 @@ class Job:
 class Tail:
     """Collects per-job times from the event log."""
 
-    def __init__(self) -> None:
+    def __init__(self, quotas: dict[str, int]) -> None:
+        self.quotas = quotas
         self.jobs: dict[str, Job] = {}
         self.running: dict[str, float] = {}  # job -> start of its attempt
         self.by: dict[str, str] = {}  # victim -> preemptor, from `preempting`
         self.held: dict[str, int] = defaultdict(int)  # queue -> GPUs running
         self.held_at_start: dict[str, int] = {}
+        # per queue: seconds so far during which it held less than its quota, and when last counted
+        self.below: dict[str, float] = defaultdict(float)
+        self.counted: dict[str, float] = defaultdict(float)
+        self.below_at_submit: dict[str, float] = {}
+        self.below_waiting: dict[str, float] = {}  # job -> seconds of its first wait spent below quota
+
+    def _count(self, queue: str, t: float) -> None:
+        if self.held[queue] < self.quotas.get(queue, 0):
+            self.below[queue] += t - self.counted[queue]
+        self.counted[queue] = t
         self.preempts: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0, 0.0])
 
     def feed(self, event: dict[str, Any]) -> None:
@@ -58,14 +70,18 @@ class Tail:
         if kind == "submit":
             gpus = event["replicas"] * event["gpus_per_replica"]
             self.jobs[name] = Job(event["queue"], gpus, event["t"])
+            self._count(event["queue"], event["t"])
+            self.below_at_submit[name] = self.below[event["queue"]]
             return
         job = self.jobs.get(name)
         if job is None:
             return
+        self._count(job.queue, event["t"])
         if kind == "start":
             if job.first_start is None:
                 job.first_start = event["t"]
                 self.held_at_start[name] = self.held[job.queue]
+                self.below_waiting[name] = self.below[job.queue] - self.below_at_submit[name]
             self.running[name] = event["t"]
             self.held[job.queue] += job.gpus
         elif kind == "preempting":
@@ -118,7 +134,8 @@ def report(tail: Tail, quotas: dict[str, int], top: int) -> None:
     for wait_s, name, j in waits[:top]:
         print(
             f"  {name:>12} queue {j.queue} ({quotas.get(j.queue, 0)} GPUs quota) {j.gpus:3} GPUs "
-            f"submit {j.submit:11,.0f} wait {wait_s:11,.0f} queue held {tail.held_at_start[name]} at start"
+            f"submit {j.submit:11,.0f} wait {wait_s:11,.0f} queue held {tail.held_at_start[name]} at start, "
+            f"below its quota {tail.below_waiting[name]:,.0f} s of the wait"
         )
 
 
@@ -135,9 +152,9 @@ def main() -> None:
     profile = load_policy(args.policy, parse_plugin_args(args.arg) if args.policy == "default" else None)
     if args.hold_after is not None:
         profile = dataclasses.replace(profile, hold_after=args.hold_after)
-    tail = Tail()
-    Simulation(cluster, jobs, profile, EventLog([tail.feed]), SimOptions()).run()
     quotas = {q.name: q.quota for q in cluster.queues if q.quota is not None}
+    tail = Tail(quotas)
+    Simulation(cluster, jobs, profile, EventLog([tail.feed]), SimOptions()).run()
     report(tail, quotas, args.top)
 
 

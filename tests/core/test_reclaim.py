@@ -4,15 +4,17 @@ over random histories (tests/scenarios/reclaim_at_quota.yaml plays the same case
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corral.core.cycle import schedule
+from corral.core.errors import ConfigError
 from corral.core.fairshare import can_reclaim
 from corral.core.model import JobId, JobSpec, QueueName, QueueSpec
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
-from corral.policies.victims import PriorityReclaim
+from corral.policies.victims import PriorityReclaim, PriorityReclaimArgs
 from tests.core.test_properties import PRIORITIES, _fields, clusters, jobs
 from tests.helpers import job, nodes, occupy, run, state_of
 
@@ -60,6 +62,18 @@ def test_reclaim_takes_from_the_borrower_not_from_the_queue_at_its_quota() -> No
     state.submit(job("c1", "c", gpus=8, submit=1000.0))
     result = run(state, 1000.0)
     assert [(p.job, p.by) for p in result.preemptions] == [("b3", "c1")]
+
+
+def test_spare_after_keeps_long_running_borrowers_and_reclaims_the_younger_ones() -> None:
+    state = three_queues()  # b's jobs started at 0, 100 and 200 s and never checkpointed
+    preemptor = state.submit(job("c1", "c", gpus=8, submit=1000.0))
+    spare = PriorityReclaim(PriorityReclaimArgs(spare_after=850.0))
+    running = state.running
+    assert [a.spec.id for a in spare.rank(preemptor, running.values(), state, 1000.0)] == ["b3"]
+    assert PriorityReclaim().eligible(preemptor, running[JobId("b1")], state, 1000.0)  # 0: none spared
+    assert spare.rank(preemptor, running.values(), state, 1300.0) == []  # all ran 1,100 s or more
+    with pytest.raises(ConfigError, match="spare_after must be >= 0 seconds"):
+        load_policy("default", {"priority_reclaim": {"spare_after": -1.0}})
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -28,6 +28,13 @@ _first = itemgetter(0)
 class PriorityReclaimArgs:
     reclaim: bool = True  # across queues: restore each queue's guaranteed quota
     surplus: bool = False  # also rebalance borrowers above their quotas by preemption
+    # across queues: spare a borrower that has run more than this many seconds since its last
+    # checkpoint (its queue waits for it to end instead); 0: none spared (the quota's guarantee)
+    spare_after: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.spare_after >= 0:
+            raise ValueError("spare_after must be >= 0 seconds (0: reclaim spares no borrower)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +58,7 @@ class PriorityReclaim:
         mine, theirs = preemptor.spec, victim.spec
         if theirs.queue == mine.queue:
             return mine.priority > theirs.priority
-        if not self.args.reclaim:
+        if not self.args.reclaim or self._spared(victim, now):
             return False
         return can_reclaim(
             state,
@@ -61,6 +68,10 @@ class PriorityReclaim:
             theirs.gpus,
             self.args.surplus,
         )
+
+    def _spared(self, victim: RunningAttempt, now: float) -> bool:
+        spare = self.args.spare_after
+        return spare > 0 and now - max(victim.start, victim.last_checkpoint) > spare
 
     def group_eligible(
         self, preemptor: PendingJob, queue: QueueName, priority: int, state: ClusterState, now: float
