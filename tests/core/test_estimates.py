@@ -6,7 +6,7 @@ import dataclasses
 
 from corral.core.cycle import schedule
 from corral.core.estimated_holds import CONFIDENT_DRAWN, ESTIMATES_KEPT, REFRESH, estimated_hold
-from corral.core.estimates import BASES, Estimate, Estimator
+from corral.core.estimates import BASES, Estimate, Estimator, keys_of
 from corral.core.jobs import PendingJob
 from corral.core.model import INFINITY, JobId, JobSpec, NodeSpec, QueueSpec
 from corral.core.plugins import Profile
@@ -188,3 +188,16 @@ def test_estimated_ends_are_kept_only_while_reservation_searches_use_them() -> N
     state.submit(JobSpec(id=JobId("big2"), queue="a", user="u", gpus_per_replica=8, submit_time=5.0, seq=2))
     result = schedule(state, profile, 3.0 + ESTIMATES_KEPT)  # wanted again: estimated again
     assert len(state.by_estimate) == 2 and [r.job for r in result.reservations] == [JobId("big2")]
+
+
+def test_a_job_without_a_user_or_name_is_estimated_from_its_queue_and_size() -> None:
+    est = Estimator(min_drawn=1)
+    anonymous = JobSpec(id=JobId("x"), queue="a", gpus_per_replica=2)
+    assert [bool(k) for k in keys_of(anonymous)] == [False, False, True, True, True]
+    est.observe(anonymous, 50.0)
+    est.observe(job(gpus=2, name=""), 70.0)  # a user, no name: no name key either
+    assert len(est.runs) == 4  # (a, 2 GPUs), a, the cluster, and u's user key
+    found = est.estimate(anonymous)
+    assert found is not None and found.basis == BASES[2] and found.drawn_on == 2
+    named = est.estimate(job(gpus=2, name=""))
+    assert named is not None and named.basis == BASES[1] and named.drawn_on == 1

@@ -49,16 +49,20 @@ class _Runs:
 
 
 Keys = tuple[tuple[object, ...], ...]
+_NONE = ()  # no key at this level: the job has nothing to tell it from the next level
 
 
 def keys_of(spec: JobSpec) -> Keys:
     """The history keys of a job, most detailed first (one per entry of `BASES`); the state
-    builds them once per job (`PendingJob.history_keys`)."""
+    builds them once per job (`PendingJob.history_keys`). A job without a name and a GPU model
+    has no name key, one without a user no user key (`_NONE`): nothing would set their jobs
+    apart from the next level (a trace without users or names, such as Philly's, keeps 3 keys)."""
     gpus = spec.replicas * spec.gpus_per_replica
     model = ",".join(spec.gpu_model)
+    user = ("u", spec.queue, spec.user, gpus) if spec.user else _NONE
     return (
-        ("n", spec.queue, spec.user, spec.name, gpus, model),
-        ("u", spec.queue, spec.user, gpus),
+        ("n", spec.queue, spec.user, spec.name, gpus, model) if spec.name or model else _NONE,
+        user,
         ("s", spec.queue, gpus),
         ("q", spec.queue),
         ("c",),
@@ -79,6 +83,8 @@ class Estimator:
         """A job of this spec (and these `keys_of` it, when known) ran `seconds` in all."""
         self.observed += 1
         for key in keys_of(spec) if keys is None else keys:
+            if not key:
+                continue
             runs = self.runs.get(key)
             if runs is None:
                 if len(self.runs) >= self.max_keys:
@@ -97,7 +103,7 @@ class Estimator:
         if not self.runs:
             return None
         for key, basis in zip(keys_of(spec) if keys is None else keys, BASES, strict=True):
-            runs = self.runs.get(key)
+            runs = self.runs.get(key) if key else None
             if runs is None:
                 continue
             ordered = runs.ordered
