@@ -55,7 +55,7 @@ def test_a_bad_argument_names_it_and_the_fix(tmp_path: Path) -> None:
     code, out = simulate("-c", cluster, "-t", trace, "-p", "fifo", "--arg", "priority_reclaim.surplus=true")
     assert code != 0 and "no policy given uses plugin priority_reclaim" in out, out
     code, out = simulate("-c", cluster, "-t", trace, "--arg", "priority_reclaim.bogus=1")
-    assert code != 0 and "has no argument bogus" in out and "reclaim, surplus" in out, out
+    assert code != 0 and "has no argument bogus" in out and "reclaim, spare_after, surplus" in out, out
     code, out = simulate("-c", cluster, "-t", trace, "--arg", "surplus")
     assert code != 0 and "write PLUGIN.KEY=VALUE" in out, out
 
