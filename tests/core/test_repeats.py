@@ -15,9 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from corral.core import cycle as cycle_module
 from corral.core import order, repeats
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult
+from corral.core.jobs import PendingJob
 from corral.core.model import JobId, JobSpec, NodeName, NodeSpec, QueueName, QueueSpec
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
@@ -131,3 +133,46 @@ def test_passing_over_jobs_no_backfill_window_holds_changes_nothing(
         patch.setattr(order, "ONE_JOB_SHORTCUT", False)
         looked = play(seed, policy, limits)
     assert walked == looked
+
+
+def behind_backlog(now: float) -> tuple[ClusterState, list[JobId]]:
+    """Two nodes; one runs a job for two hours, the other is free but held for a two-node gang's
+    reservation; 40 one-GPU jobs, each with its own time limit, all ending after that start."""
+    nodes = [NodeSpec(NodeName(f"n{i}"), 8, "H100-80GB", labels={"leaf": "l0"}) for i in range(2)]
+    state = ClusterState.build(("leaf",), nodes, [QueueSpec(QueueName("q"))])
+    state.submit(JobSpec(JobId("filler"), QueueName("q"), gpus_per_replica=8, time_limit=7200.0, seq=0))
+    schedule(state, load_policy("default"), now)
+    state.submit(JobSpec(JobId("gang"), QueueName("q"), replicas=2, gpus_per_replica=8, seq=1))
+    small = [JobId(f"s{i}") for i in range(40)]
+    for i, job in enumerate(small):
+        state.submit(JobSpec(job, QueueName("q"), gpus_per_replica=1, time_limit=10800.0 + 60 * i, seq=2 + i))
+    return state, small
+
+
+def test_jobs_held_behind_a_reservation_are_passed_each_told_its_own_end() -> None:
+    """The jobs held behind the gang's reservation are told the same but for when each would end:
+    the walk looks at a few of them and gives every one its own sentence, as looking at each does."""
+    looks: list[JobId] = []
+    plain = cycle_module._Cycle.consider
+
+    def counted(self: cycle_module._Cycle, job: PendingJob) -> bool:
+        looks.append(job.spec.id)
+        return plain(self, job)
+
+    outcomes = []
+    for walk in (True, False):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(cycle_module._Cycle, "consider", counted)
+            if not walk:
+                patch.setattr(repeats, "MANY_SHAPES", -1)
+            state, small = behind_backlog(0.0)
+            looks.clear()
+            result = schedule(state, load_policy("default"), 60.0)
+        outcomes.append((summary(result), len(looks)))
+    (walked, walked_looks), (looked, looked_looks) = outcomes
+    assert walked == looked
+    assert looked_looks == 41 and walked_looks <= 3
+    reasons = dict((job, message) for job, code, message in walked[5])
+    assert all(reasons[job].count("it would run until") == 1 for job in small)
+    assert len({reasons[job] for job in small}) == len(small)  # each names its own end
+    assert {code for job, code, _ in walked[5] if job in small} == {"behind_reservation"}

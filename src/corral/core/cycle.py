@@ -196,8 +196,9 @@ class _Cycle:
         """What `consider` would tell an ordinary job of `job`'s family that repeats no verdict and
         whose (shape, time limit) is not blocked yet, if it cannot start (None: it may start, or
         looking at it would change the cycle's memory: a victim search, a reservation, the next
-        wake; or its sentence depends on its own time limit). Changes nothing. Admission plugins
-        do not read the time limit (`plugins.Admit`)."""
+        wake). A sentence that names when the job would end comes with a `PerLimit` that gives
+        each job its own. Changes nothing. Admission plugins do not read the time limit
+        (`plugins.Admit`)."""
         state, profile, spec = self.state, self.profile, job.spec
         queue = state.queues[spec.queue]
         victims = profile.victims
@@ -226,9 +227,7 @@ class _Cycle:
         placed = sure_miss(state, req)  # what `place` answers, known without touching the index
         if placed is None:
             return None
-        why = self._capacity(job, req, placed)
-        if why.code is Why.BEHIND_RESERVATION:
-            return None  # the sentence names when each job would end: its own time limit
+        why = self._capacity(job, req, placed, repeats.RUNS)
         if victims is not None:
             found = self.preemption.unchanged_protected(self, job, why, victims)
             if found is None:
@@ -236,7 +235,11 @@ class _Cycle:
             why = found
             if self.preemption.deferred:
                 why = Reason(why.code, why.message + _DEFERRED, why.at)
-        return Verdict(CAPACITY, why)
+        if why.code is not Why.BEHIND_RESERVATION:
+            return Verdict(CAPACITY, why)
+        # the sentence names when each job would end: its own time limit, filled in when read
+        per_limit = repeats.PerLimit.of(why, self.now, spec.time_limit)
+        return None if per_limit is None else Verdict(CAPACITY, per_limit.reason, per_limit)
 
     def backfill_end(self) -> float | None:
         """The latest reservation start S such that lifting every reservation that starts at S or
@@ -299,15 +302,15 @@ class _Cycle:
         self.start_job(job, placed, backfilled=True)
         return True
 
-    def _capacity(self, job: PendingJob, req: Request, placed: Miss) -> Reason:
-        """Why the job does not fit now (`reasons.capacity`)."""
+    def _capacity(self, job: PendingJob, req: Request, placed: Miss, runs: str | None = None) -> Reason:
+        """Why the job does not fit now (`reasons.capacity`; `runs`: see there)."""
         limit = job.spec.time_limit
         ends_by = None if limit is None else self.now + limit
         held = self._reserved_for(req)
         if not held:
             return why_text.capacity(self.state, req, placed, held, ends_by, self.now)
         return why_text.capacity(
-            self.state, req, placed, held, ends_by, self.now, lambda: self._held_free(req, held)
+            self.state, req, placed, held, ends_by, self.now, lambda: self._held_free(req, held), runs
         )
 
     def _reserved_for(self, req: Request) -> list[tuple[str, float, tuple[int, ...]]]:

@@ -80,6 +80,7 @@ def capacity(
     ends_by: float | None,
     now: float,
     held_free: Callable[[], int] | None = None,
+    runs: str | None = None,
 ) -> Reason:
     """Why a gang does not fit now: free GPUs, what holds them (reservations of other jobs, nodes
     that take no new work), the tightest domain it must fit (naming the best one).
@@ -87,7 +88,8 @@ def capacity(
     `reservations`: (job, start, nodes) of this cycle's reservations on nodes the gang may use,
     earliest first; `ends_by`: when the job would end if it started now (its
     time limit; None: it has none); `held_free`: what `held_free(state, req, reservations)`
-    answers (a cycle remembers it while no node changes).
+    answers (a cycle remembers it while no node changes); `runs`: the words naming when the job
+    would end, instead of `runs_until(ends_by, now)` (a walk's placeholder: `repeats.PerLimit`).
     """
     need = gang(req.replicas, req.gpus_per_replica)
     names = state.topology.span_names
@@ -107,7 +109,8 @@ def capacity(
                 else f"{reserved} more {are} held"
             )
             head = f"needs {need}; " if not miss.best_gpus else f"{text}, and "
-            runs = "it has no time limit" if ends_by is None else f"it would run until {clock(ends_by, now)}"
+            if runs is None:
+                runs = runs_until(ends_by, now)
             others = len(reservations) - 1
             whose = f"{job}'s reservation" + (f" (and {plural(others, 'other')})" if others else "")
             text = (
@@ -129,6 +132,11 @@ def capacity(
         text += f", in {scope} {label}" if label else ""
         code, at = Why.TOPOLOGY, None
     return Reason(code, text + _unavailable(state, req), at)
+
+
+def runs_until(ends_by: float | None, now: float) -> str:
+    """When a job that starts now would end, in a capacity sentence (`Why.BEHIND_RESERVATION`)."""
+    return "it has no time limit" if ends_by is None else f"it would run until {clock(ends_by, now)}"
 
 
 def held_free_gpus(

@@ -14,8 +14,9 @@ backfill window could hold (`Judge.family_verdict` says what, without side effec
   lifts nothing that matters, misses again and leaves no trace, not even in the index's order);
   the others stop the walk and are looked at, unless their (shape, time limit) was already
   blocked this cycle (then `consider` tries no backfill for them either).
-A family is looked at job by job instead while its capacity sentence names when each job would
-end (held behind another job's reservation: `Why.BEHIND_RESERVATION`), while when its victims'
+A capacity sentence that names when each job would end (held behind another job's reservation:
+`Why.BEHIND_RESERVATION`) is kept as a `PerLimit`: each passed job's own end is filled in when
+its reason is read. A family is looked at job by job instead while when its victims'
 `min_runtime` protection ends depends on the job itself (`Victims.groups_by_family`), or while
 that time is earlier than the cycle's `next_wake` so far (looking would move it).
 A job blocked by capacity is told what the first job of its (shape, queue, class, time limit)
@@ -37,6 +38,7 @@ from typing import Protocol
 from corral.core.decisions import Reason, Reasons
 from corral.core.jobs import PendingJob, QueueState
 from corral.core.model import JobId
+from corral.core.reasons import runs_until
 from corral.core.state import ClusterState
 
 Key = tuple[object, ...]
@@ -47,12 +49,44 @@ FEW_JOBS = 8  # up to this many jobs in one walk, looking at each job costs less
 ADMISSION, CAPACITY, REPEAT = 0, 1, 2
 
 
+RUNS = "\x00"  # in a family's capacity sentence, where each job's own end goes (`PerLimit`)
+
+
+@dataclass(frozen=True, slots=True)
+class PerLimit:
+    """A capacity sentence that names when the job would end (`Why.BEHIND_RESERVATION`): the same
+    for every job of a family but for those words, filled in from each job's time limit when read
+    (`reasons.runs_until`). `reason`: the sentence of the job it was built for."""
+
+    head: str
+    tail: str
+    now: float
+    reason: Reason
+
+    @staticmethod
+    def of(template: Reason, now: float, limit: float | None) -> PerLimit | None:
+        """From a sentence with `RUNS` once where the end goes (None: not exactly once), built for
+        a job with time limit `limit`."""
+        parts = template.message.split(RUNS)
+        if len(parts) != 2:
+            return None
+        head, tail = parts
+        runs = runs_until(None if limit is None else now + limit, now)
+        return PerLimit(head, tail, now, Reason(template.code, head + runs + tail, template.at))
+
+    def resolve(self, limit: float | None) -> Reason:
+        """The sentence of a job with this time limit."""
+        runs = runs_until(None if limit is None else self.now + limit, self.now)
+        return Reason(self.reason.code, self.head + runs + self.tail, self.reason.at)
+
+
 @dataclass(slots=True)
 class Verdict:
     """What every ordinary job of a family is told during one epoch (see the module)."""
 
     kind: int  # ADMISSION, CAPACITY, or REPEAT (one verdict key only: its current verdict)
     reason: Reason
+    per_limit: PerLimit | None = None  # CAPACITY only: `reason` names the end of the job looked at
 
 
 class Judge(Protocol):
@@ -101,7 +135,7 @@ class Family:
         self.verdict: Verdict | None = None  # passive while it has one (for the current epoch)
         self.flags: list[Key] = []  # its flagged jobs' keys, sorted
         # the runs it passed as blocked by capacity: (first key, last key, reason), in order
-        self.runs: list[tuple[Key, Key, Reason]] = []
+        self.runs: list[tuple[Key, Key, Reason | PerLimit]] = []
         self.scan_pos = 0  # the jobs from `pos` to here cannot backfill by `scan_end`
         self.scan_end = -1.0
         self.base: tuple[object, ...] | None = None  # (shape, queue, class) of its jobs
@@ -190,12 +224,12 @@ class Walk:
             if not fam.runs:
                 continue
             uniform = self._uniform(fam, by_base)
-            for lo_key, hi_key, reason in fam.runs:
+            for lo_key, hi_key, told in fam.runs:
                 keys = fam.keys[bisect_left(fam.keys, lo_key) : bisect_right(fam.keys, hi_key)]
                 if uniform is not None:
                     reasons.add_run(keys, uniform)
                 else:  # resolved when read (the simulator never reads them)
-                    reasons.add_lazy_run(keys, _FirstBlocked(self, reason))
+                    reasons.add_lazy_run(keys, _FirstBlocked(self, told))
         self.done = True
 
     def _cut(self, everything: bool = False) -> None:
@@ -246,7 +280,8 @@ class Walk:
         verdict = fam.verdict
         assert verdict is not None
         if verdict.kind == CAPACITY:
-            fam.runs.append((fam.keys[lo], fam.keys[hi - 1], verdict.reason))
+            told = verdict.reason if verdict.per_limit is None else verdict.per_limit
+            fam.runs.append((fam.keys[lo], fam.keys[hi - 1], told))
         else:
             self.judge.reasons.add_run(fam.keys[lo:hi], verdict.reason)
         self.passed += hi - lo
@@ -293,7 +328,7 @@ class Walk:
         found = blocked.get(shape)
         if found is not None or not self.capacity_seen:
             return found  # (no family was passive as blocked by capacity: no run to look in)
-        best: tuple[Key, Reason] | None = None
+        best: tuple[Key, Reason | PerLimit] | None = None
         preemptible = job.spec.preemptible
         for fam in self._twins(job):
             twin = fam.preemptible
@@ -304,10 +339,12 @@ class Walk:
                 best = hit
         if best is None:
             return None
-        blocked[shape] = best[1]
-        return best[1]
+        told = best[1]
+        found = told if isinstance(told, Reason) else told.resolve(job.spec.time_limit)
+        blocked[shape] = found
+        return found
 
-    def _first_run(self, fam: Family, keys: list[Key]) -> tuple[Key, Reason] | None:
+    def _first_run(self, fam: Family, keys: list[Key]) -> tuple[Key, Reason | PerLimit] | None:
         """The first of `keys` (a verdict key's jobs, of `fam`, sorted) passed in one of its
         capacity runs (so far; the open run of a passive family counts)."""
         for lo, hi, reason in fam.runs:  # in order
@@ -318,7 +355,9 @@ class Walk:
         if self.done or verdict is None or verdict.kind != CAPACITY or at is None or fam.pos >= len(fam.keys):
             return None
         i = bisect_left(keys, fam.keys[fam.pos])  # passed, not yet recorded: up to the last look
-        return (keys[i], verdict.reason) if i < len(keys) and keys[i] < at else None
+        if i >= len(keys) or keys[i] >= at:
+            return None
+        return keys[i], verdict.reason if verdict.per_limit is None else verdict.per_limit
 
     def _twins(self, job: PendingJob) -> list[Family]:
         """The families of this walk whose jobs share `job`'s shape, queue and class."""
@@ -337,14 +376,18 @@ class Walk:
 
     def _uniform(self, fam: Family, by_base: dict[tuple[object, ...], set[Reason]]) -> Reason | None:
         """The one reason every capacity run of the family gives, if the reasons its (shape, time
-        limit)s were first told this cycle are all the same (None: they differ)."""
+        limit)s were first told this cycle are all the same (None: they differ, or name each
+        job's own end)."""
         first = self.jobs[fam.keys[0][-1]]  # type: ignore[index]
         base = (first.shape, first.spec.queue, first.spec.priority)
-        reasons = {reason for _, _, reason in fam.runs}
+        reasons: set[Reason | PerLimit] = {reason for _, _, reason in fam.runs}
         for twin in self._twins(first):
             reasons.update(reason for _, _, reason in twin.runs)
         reasons.update(by_base.get(base, ()))
-        return next(iter(reasons)) if len(reasons) == 1 else None
+        if len(reasons) != 1:
+            return None
+        only = next(iter(reasons))
+        return only if isinstance(only, Reason) else None
 
 
 class _FirstBlocked:
@@ -353,14 +396,19 @@ class _FirstBlocked:
 
     __slots__ = ("reason", "walk")
 
-    def __init__(self, walk: Walk, reason: Reason) -> None:
+    def __init__(self, walk: Walk, reason: Reason | PerLimit) -> None:
         self.walk = walk
         self.reason = reason
 
     def __call__(self, job_id: JobId) -> Reason:
         job = self.walk.jobs.get(job_id)
         found = None if job is None else self.walk.first_blocked(job, blocked_key(job))
-        return self.reason if found is None else found
+        if found is not None:
+            return found
+        told = self.reason
+        if isinstance(told, Reason):
+            return told
+        return told.reason if job is None else told.resolve(job.spec.time_limit)
 
 
 def blocked_key(job: PendingJob) -> tuple[object, ...]:
