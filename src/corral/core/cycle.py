@@ -202,6 +202,8 @@ class _Cycle:
         state, profile, spec = self.state, self.profile, job.spec
         queue = state.queues[spec.queue]
         victims = profile.victims
+        if victims is not None and not victims.groups_by_family and not hasattr(victims, "family_part"):
+            return None  # a plugin that cannot say what else it reads: look at every job
         for admit in profile.admits:
             why = admit.admit(job, queue, state)
             if why is not None:
@@ -211,7 +213,7 @@ class _Cycle:
                     found = self.preemption.unchanged_protected(self, job, why, SameQueue(victims))
                     if found is None:
                         return None
-                    why = found
+                    return Verdict(ADMISSION, found, part=self._part(job))
                 return Verdict(ADMISSION, why)
         req = self.request(job)
         if req.gpus_per_replica == 0 or req.per_node:
@@ -235,11 +237,24 @@ class _Cycle:
             why = found
             if self.preemption.deferred:
                 why = Reason(why.code, why.message + _DEFERRED, why.at)
+        part = None if victims is None else self._part(job)
         if why.code is not Why.BEHIND_RESERVATION:
-            return Verdict(CAPACITY, why)
+            return Verdict(CAPACITY, why, part=part)
         # the sentence names when each job would end: its own time limit, filled in when read
         per_limit = repeats.PerLimit.of(why, self.now, spec.time_limit)
-        return None if per_limit is None else Verdict(CAPACITY, per_limit.reason, per_limit)
+        return None if per_limit is None else Verdict(CAPACITY, per_limit.reason, per_limit, part)
+
+    def _part(self, job: PendingJob) -> int | None:
+        """What a protection sentence reads of `job` beyond its family (None: nothing more)."""
+        victims = self.profile.victims
+        if victims is None or victims.groups_by_family or not self.preemption.protection:
+            return None
+        return self.family_part(job)
+
+    def family_part(self, job: PendingJob) -> int:
+        """`Victims.family_part` (0 when the victims plugin reads only the family)."""
+        victims = self.profile.victims
+        return 0 if victims is None or victims.groups_by_family else victims.family_part(job)
 
     def backfill_end(self) -> float | None:
         """The latest reservation start S such that lifting every reservation that starts at S or

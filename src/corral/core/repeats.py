@@ -87,6 +87,7 @@ class Verdict:
     kind: int  # ADMISSION, CAPACITY, or REPEAT (one verdict key only: its current verdict)
     reason: Reason
     per_limit: PerLimit | None = None  # CAPACITY only: `reason` names the end of the job looked at
+    part: int | None = None  # told only to the jobs whose `Judge.family_part` is this (None: all)
 
 
 class Judge(Protocol):
@@ -109,13 +110,20 @@ class Judge(Protocol):
         """The latest time by which a job must end for its backfill attempt to change anything."""
         ...
 
+    def family_part(self, job: PendingJob) -> int:
+        """What its answer depends on beyond its family (`Verdict.part`)."""
+        ...
+
 
 class Family:
     __slots__ = (
+        "admitted",
         "base",
         "flags",
         "index",
         "keys",
+        "part_pos",
+        "part_value",
         "pos",
         "preemptible",
         "queue",
@@ -138,6 +146,10 @@ class Family:
         self.runs: list[tuple[Key, Key, Reason | PerLimit]] = []
         self.scan_pos = 0  # the jobs from `pos` to here cannot backfill by `scan_end`
         self.scan_end = -1.0
+        self.part_pos = 0  # the jobs from `pos` to here have the part `part_value`
+        self.part_value = -1
+        # the runs it passed as kept out by admission: (first key, last key, use version, reason)
+        self.admitted: list[tuple[Key, Key, int, Reason]] = []
         self.base: tuple[object, ...] | None = None  # (shape, queue, class) of its jobs
         self.preemptible = True  # ... and their preemptibility (both set by `Walk._twins`)
 
@@ -192,12 +204,16 @@ class Walk:
             fam = self.families[i]
             if token != fam.token:
                 continue
+            job = jobs[key[-1]]  # type: ignore[index]
             if fam.verdict is not None:  # a job inside a passive family that needs a look
                 hi = bisect_left(fam.keys, key, fam.pos)
                 self._run(fam, fam.pos, hi)
                 fam.pos = hi + 1
+                if fam.admitted:
+                    self._recall(fam, job, version)
             else:
-                job = jobs[key[-1]]  # type: ignore[index]
+                if fam.admitted:
+                    self._recall(fam, job, version)
                 verdict = verdicts.get(job.verdict_key)
                 fam.pos += 1
                 if verdict is not None and verdict[0] == version and not job.is_flagged(self.now):
@@ -206,7 +222,7 @@ class Walk:
                     self._push(fam)
                     continue
             self.at = key
-            self.last = (fam, jobs[key[-1]])  # type: ignore[index]
+            self.last = (fam, job)
             return key
         return None
 
@@ -284,7 +300,26 @@ class Walk:
             fam.runs.append((fam.keys[lo], fam.keys[hi - 1], told))
         else:
             self.judge.reasons.add_run(fam.keys[lo:hi], verdict.reason)
+            if verdict.kind == ADMISSION and self.epoch is not None:
+                fam.admitted.append((fam.keys[lo], fam.keys[hi - 1], self.epoch[0], verdict.reason))
         self.passed += hi - lo
+
+    def _recall(self, fam: Family, job: PendingJob, version: int) -> None:
+        """Remember the verdict that the first job of `job`'s verdict key passed in an admission run
+        of this use version was told, as looking at it would have (`consider` repeats it to the
+        later jobs of that key, whatever their part)."""
+        verdicts, vk = self.judge.verdicts, job.verdict_key
+        known = verdicts.get(vk)
+        if known is not None and known[0] == version:
+            return
+        keys = fam.queue.by_verdict.get(vk, [])
+        for lo, hi, at_version, reason in fam.admitted:  # in order
+            if at_version != version:
+                continue
+            i = bisect_left(keys, lo)
+            if i < len(keys) and keys[i] <= hi:
+                verdicts[vk] = (version, reason)
+                return
 
     # ---- stops inside a passive family ---------------------------------------------------
     def _next_stop(self, fam: Family) -> Key | None:
@@ -298,6 +333,10 @@ class Walk:
             i = bisect_left(fam.flags, keys[fam.pos])
             if i < len(fam.flags):
                 best = fam.flags[i]
+        if verdict.part is not None:
+            i = self._part_stop(fam, verdict.part)
+            if i < len(keys) and (best is None or keys[i] < best):
+                best = keys[i]
         if verdict.kind == CAPACITY:
             end = self.judge.backfill_end()
             if end is not None:
@@ -305,6 +344,15 @@ class Walk:
                 if i < len(keys) and (best is None or keys[i] < best):
                     best = keys[i]
         return best
+
+    def _part_stop(self, fam: Family, part: int) -> int:
+        """The first job from `fam.pos` on whose part is not `part`."""
+        keys, jobs, judge = fam.keys, self.jobs, self.judge
+        i = fam.part_pos if fam.part_value == part and fam.part_pos >= fam.pos else fam.pos
+        while i < len(keys) and judge.family_part(jobs[keys[i][-1]]) == part:  # type: ignore[index]
+            i += 1
+        fam.part_pos, fam.part_value = i, part
+        return i
 
     def _scan(self, fam: Family, end: float) -> int:
         """The first job from `fam.pos` on that may backfill by `end`: a time limit that ends by
