@@ -278,6 +278,20 @@ class Walk:
                 fam.verdict = verdict
                 self.passive.append(fam)
                 self.capacity_seen = self.capacity_seen or verdict.kind == CAPACITY
+        elif (
+            fam.verdict.kind == CAPACITY
+            and fam.verdict.part is not None
+            and self.judge.family_part(job) != fam.verdict.part
+        ):
+            # a stop of another part: that part's jobs are told what it was, from here on (a
+            # capacity run's reasons are resolved per verdict key, `first_blocked`, so a job is told
+            # what the first of its key was, whatever its part; admission runs are not: there,
+            # the jobs of other parts stay stops)
+            verdict = self.judge.family_verdict(job)
+            if verdict is None or verdict.kind != CAPACITY:
+                self.passive.remove(fam)
+                verdict = None
+            fam.verdict = verdict
         self._push(fam)
 
     def _push(self, fam: Family) -> None:
