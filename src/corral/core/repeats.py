@@ -16,9 +16,13 @@ backfill window could hold (`Judge.family_verdict` says what, without side effec
   blocked this cycle (then `consider` tries no backfill for them either).
 A capacity sentence that names when each job would end (held behind another job's reservation:
 `Why.BEHIND_RESERVATION`) is kept as a `PerLimit`: each passed job's own end is filled in when
-its reason is read. A family is looked at job by job instead while when its victims'
-`min_runtime` protection ends depends on the job itself (`Victims.groups_by_family`), or while
-that time is earlier than the cycle's `next_wake` so far (looking would move it).
+its reason is read. When its victims' `min_runtime` protection ends depends on the job beyond
+its family (`Victims.groups_by_family` false: las reads the attained service), a capacity
+verdict holds for the jobs of one part (`Victims.family_part`, `Verdict.part`): a job of another
+part stops the walk and, if looking changed nothing, gives the family its part's verdict. A
+family is looked at job by job instead while that time is earlier than the cycle's `next_wake`
+so far (looking would move it), and while kept out by admission with such victims (an admission
+run tells all its jobs one reason, and `consider` repeats a verdict key's first answer).
 A job blocked by capacity is told what the first job of its (shape, queue, class, time limit)
 blocked in this cycle was told (`_Cycle.blocked`), which a run records lazily: `first_blocked`
 finds it from the runs. Flagged jobs (held, nominated, backing off, kept off nodes) always stop
@@ -87,7 +91,8 @@ class Verdict:
     kind: int  # ADMISSION, CAPACITY, or REPEAT (one verdict key only: its current verdict)
     reason: Reason
     per_limit: PerLimit | None = None  # CAPACITY only: `reason` names the end of the job looked at
-    part: int | None = None  # told only to the jobs whose `Judge.family_part` is this (None: all)
+    # CAPACITY only: told only to the jobs whose `Judge.family_part` is this (None: to all)
+    part: int | None = None
 
 
 class Judge(Protocol):
@@ -117,7 +122,6 @@ class Judge(Protocol):
 
 class Family:
     __slots__ = (
-        "admitted",
         "base",
         "flags",
         "index",
@@ -148,8 +152,6 @@ class Family:
         self.scan_end = -1.0
         self.part_pos = 0  # the jobs from `pos` to here have the part `part_value`
         self.part_value = -1
-        # the runs it passed as kept out by admission: (first key, last key, use version, reason)
-        self.admitted: list[tuple[Key, Key, int, Reason]] = []
         self.base: tuple[object, ...] | None = None  # (shape, queue, class) of its jobs
         self.preemptible = True  # ... and their preemptibility (both set by `Walk._twins`)
 
@@ -209,11 +211,7 @@ class Walk:
                 hi = bisect_left(fam.keys, key, fam.pos)
                 self._run(fam, fam.pos, hi)
                 fam.pos = hi + 1
-                if fam.admitted:
-                    self._recall(fam, job, version)
             else:
-                if fam.admitted:
-                    self._recall(fam, job, version)
                 verdict = verdicts.get(job.verdict_key)
                 fam.pos += 1
                 if verdict is not None and verdict[0] == version and not job.is_flagged(self.now):
@@ -284,9 +282,8 @@ class Walk:
             and self.judge.family_part(job) != fam.verdict.part
         ):
             # a stop of another part: that part's jobs are told what it was, from here on (a
-            # capacity run's reasons are resolved per verdict key, `first_blocked`, so a job is told
-            # what the first of its key was, whatever its part; admission runs are not: there,
-            # the jobs of other parts stay stops)
+            # capacity run's reasons are resolved per verdict key, `first_blocked`: a job is told
+            # what the first of its key was, whatever its part, as `consider` repeats it)
             verdict = self.judge.family_verdict(job)
             if verdict is None or verdict.kind != CAPACITY:
                 self.passive.remove(fam)
@@ -314,26 +311,7 @@ class Walk:
             fam.runs.append((fam.keys[lo], fam.keys[hi - 1], told))
         else:
             self.judge.reasons.add_run(fam.keys[lo:hi], verdict.reason)
-            if verdict.kind == ADMISSION and self.epoch is not None:
-                fam.admitted.append((fam.keys[lo], fam.keys[hi - 1], self.epoch[0], verdict.reason))
         self.passed += hi - lo
-
-    def _recall(self, fam: Family, job: PendingJob, version: int) -> None:
-        """Remember the verdict that the first job of `job`'s verdict key passed in an admission run
-        of this use version was told, as looking at it would have (`consider` repeats it to the
-        later jobs of that key, whatever their part)."""
-        verdicts, vk = self.judge.verdicts, job.verdict_key
-        known = verdicts.get(vk)
-        if known is not None and known[0] == version:
-            return
-        keys = fam.queue.by_verdict.get(vk, [])
-        for lo, hi, at_version, reason in fam.admitted:  # in order
-            if at_version != version:
-                continue
-            i = bisect_left(keys, lo)
-            if i < len(keys) and keys[i] <= hi:
-                verdicts[vk] = (version, reason)
-                return
 
     # ---- stops inside a passive family ---------------------------------------------------
     def _next_stop(self, fam: Family) -> Key | None:
