@@ -231,7 +231,7 @@ class _Cycle:
         placed = sure_miss(state, req)  # what `place` answers, known without touching the index
         if placed is None:
             return None
-        why = self._capacity(job, req, placed, repeats.RUNS)
+        why = self._capacity(job, req, placed, why_text.RUNS)
         if victims is not None:
             found = self.preemption.unchanged_protected(self, job, why, victims)
             if found is None:
@@ -243,7 +243,7 @@ class _Cycle:
         if why.code is not Why.BEHIND_RESERVATION:
             return Verdict(CAPACITY, why, part=part)
         # the sentence names when each job would end: its own time limit, filled in when read
-        per_limit = repeats.PerLimit.of(why, self.now, spec.time_limit)
+        per_limit = why_text.PerLimit.of(why, self.now, spec.time_limit)
         return None if per_limit is None else Verdict(CAPACITY, per_limit.reason, per_limit, part)
 
     def _part(self, job: PendingJob) -> int | None:

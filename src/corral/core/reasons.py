@@ -9,6 +9,7 @@ is ("in 3m"). Nothing here reads a clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from corral.core.decisions import Reason, Why
@@ -89,7 +90,7 @@ def capacity(
     earliest first; `ends_by`: when the job would end if it started now (its
     time limit; None: it has none); `held_free`: what `held_free(state, req, reservations)`
     answers (a cycle remembers it while no node changes); `runs`: the words naming when the job
-    would end, instead of `runs_until(ends_by, now)` (a walk's placeholder: `repeats.PerLimit`).
+    would end, instead of `runs_until(ends_by, now)` (a walk's placeholder: `PerLimit`).
     """
     need = gang(req.replicas, req.gpus_per_replica)
     names = state.topology.span_names
@@ -227,3 +228,34 @@ def with_relative(message: str, at: float | None, now: float) -> str:
             end = i + len(text)
             return f"{message[:end]} ({relative(at, now)}){message[end:]}"
     return f"{message} ({relative(at, now)})"
+
+
+RUNS = "\x00"  # in a family's capacity sentence, where each job's own end goes (`PerLimit`)
+
+
+@dataclass(frozen=True, slots=True)
+class PerLimit:
+    """A capacity sentence that names when the job would end (`Why.BEHIND_RESERVATION`): the same
+    for every job of a family but for those words, filled in from each job's time limit when read
+    (`reasons.runs_until`). `reason`: the sentence of the job it was built for."""
+
+    head: str
+    tail: str
+    now: float
+    reason: Reason
+
+    @staticmethod
+    def of(template: Reason, now: float, limit: float | None) -> PerLimit | None:
+        """From a sentence with `RUNS` once where the end goes (None: not exactly once), built for
+        a job with time limit `limit`."""
+        parts = template.message.split(RUNS)
+        if len(parts) != 2:
+            return None
+        head, tail = parts
+        runs = runs_until(None if limit is None else now + limit, now)
+        return PerLimit(head, tail, now, Reason(template.code, head + runs + tail, template.at))
+
+    def resolve(self, limit: float | None) -> Reason:
+        """The sentence of a job with this time limit."""
+        runs = runs_until(None if limit is None else self.now + limit, self.now)
+        return Reason(self.reason.code, self.head + runs + self.tail, self.reason.at)

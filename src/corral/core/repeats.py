@@ -42,7 +42,7 @@ from typing import Protocol
 from corral.core.decisions import Reason, Reasons
 from corral.core.jobs import PendingJob, QueueState
 from corral.core.model import JobId
-from corral.core.reasons import runs_until
+from corral.core.reasons import PerLimit
 from corral.core.state import ClusterState
 
 Key = tuple[object, ...]
@@ -51,37 +51,6 @@ Epoch = tuple[int, int, bool]  # (queues' use version, reservations made, preemp
 MANY_SHAPES = 512  # above this many families in one walk, looking at each job costs less
 FEW_JOBS = 8  # up to this many jobs in one walk, looking at each job costs less
 ADMISSION, CAPACITY, REPEAT = 0, 1, 2
-
-
-RUNS = "\x00"  # in a family's capacity sentence, where each job's own end goes (`PerLimit`)
-
-
-@dataclass(frozen=True, slots=True)
-class PerLimit:
-    """A capacity sentence that names when the job would end (`Why.BEHIND_RESERVATION`): the same
-    for every job of a family but for those words, filled in from each job's time limit when read
-    (`reasons.runs_until`). `reason`: the sentence of the job it was built for."""
-
-    head: str
-    tail: str
-    now: float
-    reason: Reason
-
-    @staticmethod
-    def of(template: Reason, now: float, limit: float | None) -> PerLimit | None:
-        """From a sentence with `RUNS` once where the end goes (None: not exactly once), built for
-        a job with time limit `limit`."""
-        parts = template.message.split(RUNS)
-        if len(parts) != 2:
-            return None
-        head, tail = parts
-        runs = runs_until(None if limit is None else now + limit, now)
-        return PerLimit(head, tail, now, Reason(template.code, head + runs + tail, template.at))
-
-    def resolve(self, limit: float | None) -> Reason:
-        """The sentence of a job with this time limit."""
-        runs = runs_until(None if limit is None else self.now + limit, self.now)
-        return Reason(self.reason.code, self.head + runs + self.tail, self.reason.at)
 
 
 @dataclass(slots=True)
@@ -126,8 +95,7 @@ class Family:
         "flags",
         "index",
         "keys",
-        "part_pos",
-        "part_value",
+        "parts",
         "pos",
         "preemptible",
         "queue",
@@ -150,8 +118,9 @@ class Family:
         self.runs: list[tuple[Key, Key, Reason | PerLimit]] = []
         self.scan_pos = 0  # the jobs from `pos` to here cannot backfill by `scan_end`
         self.scan_end = -1.0
-        self.part_pos = 0  # the jobs from `pos` to here have the part `part_value`
-        self.part_value = -1
+        # where its jobs' parts change (first index of each stretch) and each stretch's part,
+        # computed once in a cycle when first needed (a job's part does not change in a cycle)
+        self.parts: tuple[list[int], list[int]] | None = None
         self.base: tuple[object, ...] | None = None  # (shape, queue, class) of its jobs
         self.preemptible = True  # ... and their preemptibility (both set by `Walk._twins`)
 
@@ -339,12 +308,23 @@ class Walk:
 
     def _part_stop(self, fam: Family, part: int) -> int:
         """The first job from `fam.pos` on whose part is not `part`."""
-        keys, jobs, judge = fam.keys, self.jobs, self.judge
-        i = fam.part_pos if fam.part_value == part and fam.part_pos >= fam.pos else fam.pos
-        while i < len(keys) and judge.family_part(jobs[keys[i][-1]]) == part:  # type: ignore[index]
-            i += 1
-        fam.part_pos, fam.part_value = i, part
-        return i
+        if fam.parts is None:
+            starts: list[int] = []
+            values: list[int] = []
+            jobs, judge = self.jobs, self.judge
+            for i, key in enumerate(fam.keys):
+                value = judge.family_part(jobs[key[-1]])  # type: ignore[index]
+                if not values or values[-1] != value:
+                    starts.append(i)
+                    values.append(value)
+            fam.parts = (starts, values)
+        starts, values = fam.parts
+        if fam.pos >= len(fam.keys):
+            return fam.pos
+        s = bisect_right(starts, fam.pos) - 1
+        if values[s] != part:
+            return fam.pos
+        return starts[s + 1] if s + 1 < len(starts) else len(fam.keys)
 
     def _scan(self, fam: Family, end: float) -> int:
         """The first job from `fam.pos` on that may backfill by `end`: a time limit that ends by
