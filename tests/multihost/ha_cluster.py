@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from corral.agent.fence import IDLE_EXIT
 from tests.multihost.cluster import CLI, clean_env
 from tests.multihost.netns import Network
 from tests.server.harness import wait_for
@@ -190,7 +191,9 @@ class HaCluster:
                             "-m", "immediate", "-w", "stop"], capture_output=True, check=False)  # fmt: skip
             shutil.rmtree(self.pg, ignore_errors=True)
         finally:
-            left = self.net.close(linger=5.0)
+            # an agent's fence outlives it by design and exits IDLE_EXIT seconds after the last
+            # attempt it guards has ended (the agents were stopped with their attempts just now)
+            left = self.net.close(linger=IDLE_EXIT + 3.0)
             for proc in self.procs.values():
                 if proc.poll() is None:
                     proc.kill()
