@@ -12,12 +12,14 @@ import random
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from corral.core import cycle as cycle_module
 from corral.core import order, repeats
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult
+from corral.core.jobs import PendingJob
 from corral.core.model import JobId, JobSpec, NodeName, NodeSpec, QueueName, QueueSpec
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
@@ -101,6 +103,7 @@ def summary(result: CycleResult) -> tuple[Any, ...]:
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), policy=st.sampled_from(["default", "las"]))
+@example(seed=12, policy="las")  # a later job of a verdict key passed at another level repeats its answer
 def test_passing_over_repeats_changes_nothing(seed: int, policy: str) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(repeats, "FEW_JOBS", 0)  # walk even over a handful of jobs
@@ -131,3 +134,77 @@ def test_passing_over_jobs_no_backfill_window_holds_changes_nothing(
         patch.setattr(order, "ONE_JOB_SHORTCUT", False)
         looked = play(seed, policy, limits)
     assert walked == looked
+
+
+def behind_backlog(now: float) -> tuple[ClusterState, list[JobId]]:
+    """Two nodes; one runs a job for two hours, the other is free but held for a two-node gang's
+    reservation; 40 one-GPU jobs, each with its own time limit, all ending after that start."""
+    nodes = [NodeSpec(NodeName(f"n{i}"), 8, "H100-80GB", labels={"leaf": "l0"}) for i in range(2)]
+    state = ClusterState.build(("leaf",), nodes, [QueueSpec(QueueName("q"))])
+    state.submit(JobSpec(JobId("filler"), QueueName("q"), gpus_per_replica=8, time_limit=7200.0, seq=0))
+    schedule(state, load_policy("default"), now)
+    state.submit(JobSpec(JobId("gang"), QueueName("q"), replicas=2, gpus_per_replica=8, seq=1))
+    small = [JobId(f"s{i}") for i in range(40)]
+    for i, job in enumerate(small):
+        state.submit(JobSpec(job, QueueName("q"), gpus_per_replica=1, time_limit=10800.0 + 60 * i, seq=2 + i))
+    return state, small
+
+
+def looks_and_outcome(build: Any, policy: str, walk: bool) -> tuple[tuple[Any, ...], int, list[JobId]]:
+    """Run one cycle on the state `build()` gives (at 60 s), walking or looking at every job;
+    its summary and how many jobs it looked at."""
+    looks: list[JobId] = []
+    plain = cycle_module._Cycle.consider
+
+    def counted(self: cycle_module._Cycle, job: PendingJob) -> bool:
+        looks.append(job.spec.id)
+        return plain(self, job)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cycle_module._Cycle, "consider", counted)
+        if not walk:
+            patch.setattr(repeats, "MANY_SHAPES", -1)
+        state, jobs = build()
+        looks.clear()
+        result = schedule(state, load_policy(policy), 60.0)
+    return summary(result), len(looks), jobs
+
+
+def test_jobs_held_behind_a_reservation_are_passed_each_told_its_own_end() -> None:
+    """The jobs held behind the gang's reservation are told the same but for when each would end:
+    the walk looks at a few of them and gives every one its own sentence, as looking at each does."""
+    walked, walked_looks, small = looks_and_outcome(lambda: behind_backlog(0.0), "default", True)
+    looked, looked_looks, _ = looks_and_outcome(lambda: behind_backlog(0.0), "default", False)
+    assert walked == looked
+    assert looked_looks == 41 and walked_looks <= 3
+    reasons = {job: message for job, code, message in walked[5]}
+    assert all(reasons[job].count("it would run until") == 1 for job in small)
+    assert len({reasons[job] for job in small}) == len(small)  # each names its own end
+    assert {code for job, code, _ in walked[5] if job in small} == {"behind_reservation"}
+
+
+def protected_backlog() -> tuple[ClusterState, list[JobId]]:
+    """Two full nodes whose jobs are inside their `min_runtime`; 40 one-GPU jobs of one family,
+    half below las's top attained-service level (they could preempt later), half at the top."""
+    nodes = [NodeSpec(NodeName(f"n{i}"), 8, "H100-80GB", labels={"leaf": "l0"}) for i in range(2)]
+    state = ClusterState.build(("leaf",), nodes, [QueueSpec(QueueName("q"))])
+    for i in range(2):
+        state.submit(JobSpec(JobId(f"run{i}"), QueueName("q"), gpus_per_replica=8, seq=i), attained=1e6)
+    schedule(state, load_policy("las"), 0.0)
+    waiting = [JobId(f"w{i}") for i in range(40)]
+    for i, job in enumerate(waiting):
+        spec = JobSpec(job, QueueName("q"), gpus_per_replica=1, time_limit=3600.0 + 60 * i, seq=10 + i)
+        state.submit(spec, attained=0.0 if i % 2 else 50000.0)
+    return state, waiting
+
+
+def test_las_passes_the_jobs_of_one_attained_service_part_together() -> None:
+    """Under las, when the jobs' victims are protected, the sentence depends on whether the job
+    is below the top attained-service level: the walk looks at one job per part, not each."""
+    walked, walked_looks, waiting = looks_and_outcome(protected_backlog, "las", True)
+    looked, looked_looks, _ = looks_and_outcome(protected_backlog, "las", False)
+    assert walked == looked
+    assert looked_looks == 40 and walked_looks <= 4
+    reasons = {job: message for job, code, message in walked[5]}
+    protected = {job for job in waiting if "protected by min_runtime" in reasons[job]}
+    assert protected == {job for i, job in enumerate(waiting) if i % 2}  # below the top level only

@@ -9,22 +9,11 @@ Usage: python balancer.py HOST PORT SOCKET BACKEND_HOST:PORT...
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 
+from relay import pipe  # run as a script: its folder is on sys.path
+
 CONNECT_TIMEOUT = 1.0
-
-
-async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        with contextlib.suppress(OSError, RuntimeError):
-            writer.close()
 
 
 async def main(host: str, port: int, path: str, backends: list[tuple[str, int]]) -> None:

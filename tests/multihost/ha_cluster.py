@@ -1,8 +1,10 @@
 """Two `corral server` replicas on one PostgreSQL, each on its own "host" (network namespace),
 agents on two more, and a load balancer in front (`balancer.py`), for the failover test.
 
-Hosts: `db` (PostgreSQL), `cp1` and `cp2` (the replicas), `lb` (the balancer the agents use), `h1`
-and `h2` (agents of 4 GPUs). The test reaches each replica through its own relay (a Unix socket,
+Hosts: `db` (PostgreSQL), `cp1` and `cp2` (the replicas), `lb` (a balancer), `h1` and `h2`
+(agents of 4 GPUs). The two ways of reaching several replicas are both used: `h1`'s agent is given
+both replicas' addresses (`--server URL1,URL2`, client/failover.py), `h2`'s the balancer's.
+The test reaches each replica through its own relay (a Unix socket,
 `relay.py`) and the balancer through its socket.
 """
 
@@ -22,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from corral.agent.fence import IDLE_EXIT
 from tests.multihost.cluster import CLI, clean_env
 from tests.multihost.netns import Network
 from tests.server.harness import wait_for
@@ -157,7 +160,12 @@ class HaCluster:
             r = c.post("/v1/tokens", json={"name": f"agent-{host}", "role": "agent"})
             r.raise_for_status()
             token = r.json()["token"]
-        argv = [*CLI, "agent", "--server", f"http://{self.net.address('lb')}:{PORT}", "--token", token,
+        servers = (
+            ",".join(f"http://{self.net.address(r)}:{PORT}" for r in REPLICAS)
+            if host == AGENTS[0]
+            else f"http://{self.net.address('lb')}:{PORT}"
+        )
+        argv = [*CLI, "agent", "--server", servers, "--token", token,
                 "--node", host, "--gpus", str(GPUS), "--gpu-model", "H100-80GB",
                 "--address", self.net.address(host), "--data-dir", str(self.dir / f"agent-{host}"),
                 *(["--default-user", "root", "--allow-root-jobs"] if os.geteuid() == 0 else [])]  # fmt: skip
@@ -183,7 +191,9 @@ class HaCluster:
                             "-m", "immediate", "-w", "stop"], capture_output=True, check=False)  # fmt: skip
             shutil.rmtree(self.pg, ignore_errors=True)
         finally:
-            left = self.net.close(linger=5.0)
+            # an agent's fence outlives it by design and exits IDLE_EXIT seconds after the last
+            # attempt it guards has ended (the agents were stopped with their attempts just now)
+            left = self.net.close(linger=IDLE_EXIT + 3.0)
             for proc in self.procs.values():
                 if proc.poll() is None:
                     proc.kill()

@@ -1,7 +1,8 @@
 """Failover of the control plane across hosts (network namespaces): PostgreSQL on one host, two
-`corral server` replicas on two others, agents on two more behind a load balancer. The leader's
-replica is killed with -9 (KILLS times) and its host cut off (CUTS times) while a client submits
-through both replicas and the agents run the jobs. Every acknowledged job runs, no GPU is given
+`corral server` replicas on two others, agents on two more (one given both replicas' addresses,
+one behind a load balancer). The leader's replica is killed with -9 (KILLS times) and its host
+cut off (CUTS times) while a client submits through both replicas and the agents run the jobs.
+Every acknowledged job runs, no GPU is given
 twice, no running job is lost to its fence, and the failover time (the old leader's last start
 to the new leader's first) stays within 15 s. Prints the figures."""
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
@@ -189,6 +190,10 @@ def test_a_second_scheduler_stands_by(lab: Server, tmp_path: Path) -> None:
     """A second scheduler on the same database (the API's own runs already) schedules nothing: it
     finds the leader lease held, says so (on SQLite: that several replicas need PostgreSQL) and
     waits, while the first schedules a load on its own (server/leader.py)."""
+    # the server's own scheduler leads first (on a loaded machine it may still be starting, and a
+    # second one started before it takes the free lease, as a replica should)
+    health = lambda: httpx.get(lab.url + "/healthz", timeout=5).json()  # noqa: E731
+    wait_for(lambda: health().get("scheduler") == "leader", timeout=60)
     log = tmp_path / "second-scheduler.log"
     with open(log, "wb") as out:
         second = subprocess.Popen(

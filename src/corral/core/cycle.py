@@ -201,17 +201,22 @@ class _Cycle:
         """What `consider` would tell an ordinary job of `job`'s family that repeats no verdict and
         whose (shape, time limit) is not blocked yet, if it cannot start (None: it may start, or
         looking at it would change the cycle's memory: a victim search, a reservation, the next
-        wake; or its sentence depends on its own time limit). Changes nothing. Admission plugins
-        do not read the time limit (`plugins.Admit`)."""
+        wake). A sentence that names when the job would end comes with a `PerLimit` that gives
+        each job its own. Changes nothing. Admission plugins do not read the time limit
+        (`plugins.Admit`)."""
         state, profile, spec = self.state, self.profile, job.spec
         queue = state.queues[spec.queue]
         victims = profile.victims
+        if victims is not None and not victims.groups_by_family and not hasattr(victims, "family_part"):
+            return None  # a plugin that cannot say what else it reads: look at every job
         for admit in profile.admits:
             why = admit.admit(job, queue, state)
             if why is not None:
                 if why.code in _OWN_BUDGET and victims is not None:
                     if self.preemption.may_search_later(self, self.preemption.no_budget_victims, job):
                         return None
+                    if self._part(job) is not None:
+                        return None  # an admission run's jobs are told one reason, whatever their key
                     found = self.preemption.unchanged_protected(self, job, why, SameQueue(victims))
                     if found is None:
                         return None
@@ -231,9 +236,7 @@ class _Cycle:
         placed = sure_miss(state, req)  # what `place` answers, known without touching the index
         if placed is None:
             return None
-        why = self._capacity(job, req, placed)
-        if why.code is Why.BEHIND_RESERVATION:
-            return None  # the sentence names when each job would end: its own time limit
+        why = self._capacity(job, req, placed, why_text.RUNS)
         if victims is not None:
             found = self.preemption.unchanged_protected(self, job, why, victims)
             if found is None:
@@ -241,7 +244,24 @@ class _Cycle:
             why = found
             if self.preemption.deferred:
                 why = Reason(why.code, why.message + _DEFERRED, why.at)
-        return Verdict(CAPACITY, why)
+        part = None if victims is None else self._part(job)
+        if why.code is not Why.BEHIND_RESERVATION:
+            return Verdict(CAPACITY, why, part=part)
+        # the sentence names when each job would end: its own time limit, filled in when read
+        per_limit = why_text.PerLimit.of(why, self.now, spec.time_limit)
+        return None if per_limit is None else Verdict(CAPACITY, per_limit.reason, per_limit, part)
+
+    def _part(self, job: PendingJob) -> int | None:
+        """What a protection sentence reads of `job` beyond its family (None: nothing more)."""
+        victims = self.profile.victims
+        if victims is None or victims.groups_by_family or not self.preemption.protection:
+            return None
+        return self.family_part(job)
+
+    def family_part(self, job: PendingJob) -> int:
+        """`Victims.family_part` (0 when the victims plugin reads only the family)."""
+        victims = self.profile.victims
+        return 0 if victims is None or victims.groups_by_family else victims.family_part(job)
 
     def backfill_end(self) -> float | None:
         """The latest reservation start S such that lifting every reservation that starts at S or
@@ -304,15 +324,15 @@ class _Cycle:
         self.start_job(job, placed, backfilled=True)
         return True
 
-    def _capacity(self, job: PendingJob, req: Request, placed: Miss) -> Reason:
-        """Why the job does not fit now (`reasons.capacity`)."""
+    def _capacity(self, job: PendingJob, req: Request, placed: Miss, runs: str | None = None) -> Reason:
+        """Why the job does not fit now (`reasons.capacity`; `runs`: see there)."""
         limit = job.spec.time_limit
         ends_by = None if limit is None else self.now + limit
         held = self._reserved_for(req)
         if not held:
             return why_text.capacity(self.state, req, placed, held, ends_by, self.now)
         return why_text.capacity(
-            self.state, req, placed, held, ends_by, self.now, lambda: self._held_free(req, held)
+            self.state, req, placed, held, ends_by, self.now, lambda: self._held_free(req, held), runs
         )
 
     def _reserved_for(self, req: Request) -> list[tuple[str, float, tuple[int, ...]]]:

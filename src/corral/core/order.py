@@ -43,6 +43,8 @@ class Looker(Protocol):
 
     def backfill_end(self) -> float | None: ...
 
+    def family_part(self, job: PendingJob) -> int: ...
+
 
 def run(cycle: Looker) -> None:
     """Look at the pending jobs in the profile's order."""

@@ -50,11 +50,16 @@ class VictimFilter(Protocol):
     selection examines the attempts one by one. `groups_by_family` says whether `group_eligible`
     reads of the preemptor only what its family shares (queue, class, shape, preemptibility: not
     its time limit or its attained service), so that a cycle may answer a family's jobs alike
-    (`core/repeats.py`).
+    (`core/repeats.py`); when it reads more, `family_part` says what, as an int: jobs of a family
+    with equal parts are answered alike (read only when `groups_by_family` is false).
     """
 
     bounds_by_group: bool
     groups_by_family: bool
+
+    def family_part(self, preemptor: PendingJob) -> int:
+        """What `group_eligible` reads of the preemptor beyond its family, as an int."""
+        ...
 
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float

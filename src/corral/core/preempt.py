@@ -337,6 +337,9 @@ class SameQueue:
         self.bounds_by_group = inner.bounds_by_group
         self.groups_by_family = inner.groups_by_family
 
+    def family_part(self, preemptor: PendingJob) -> int:
+        return self.inner.family_part(preemptor)
+
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
     ) -> bool:

@@ -210,8 +210,8 @@ class Preemption:
         job must be looked at: a walk passes over it only if looking at it changes nothing)."""
         if self.protection is None:
             return None  # computing it now could see other attempts than the long way would
-        if self.protection and not plugin.groups_by_family:
-            return None  # when its victims' protection ends depends on the job itself
+        # (when its victims' protection ends may depend on the job beyond its family: a walk
+        # tells the answer only to jobs of the same `Victims.family_part`, `Verdict.part`)
         until = self._until(host, job, plugin)
         if until is None:
             return why

@@ -9,6 +9,7 @@ is ("in 3m"). Nothing here reads a clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from corral.core.decisions import Reason, Why
@@ -104,6 +105,7 @@ def capacity(
     ends_by: float | None,
     now: float,
     held_free: Callable[[], int] | None = None,
+    runs: str | None = None,
 ) -> Reason:
     """Why a gang does not fit now: free GPUs, what holds them (reservations of other jobs, nodes
     that take no new work), the tightest domain it must fit (naming the best one).
@@ -111,7 +113,8 @@ def capacity(
     `reservations`: (job, start, nodes) of this cycle's reservations on nodes the gang may use,
     earliest first; `ends_by`: when the job would end if it started now (its
     time limit; None: it has none); `held_free`: what `held_free(state, req, reservations)`
-    answers (a cycle remembers it while no node changes).
+    answers (a cycle remembers it while no node changes); `runs`: the words naming when the job
+    would end, instead of `runs_until(ends_by, now)` (a walk's placeholder: `PerLimit`).
     """
     need = gang(req.replicas, req.gpus_per_replica)
     names = state.topology.span_names
@@ -131,7 +134,8 @@ def capacity(
                 else f"{reserved} more {are} held"
             )
             head = f"needs {need}; " if not miss.best_gpus else f"{text}, and "
-            runs = "it has no time limit" if ends_by is None else f"it would run until {clock(ends_by, now)}"
+            if runs is None:
+                runs = runs_until(ends_by, now)
             others = len(reservations) - 1
             whose = f"{job}'s reservation" + (f" (and {plural(others, 'other')})" if others else "")
             text = (
@@ -153,6 +157,11 @@ def capacity(
         text += f", in {scope} {label}" if label else ""
         code, at = Why.TOPOLOGY, None
     return Reason(code, text + _unavailable(state, req), at)
+
+
+def runs_until(ends_by: float | None, now: float) -> str:
+    """When a job that starts now would end, in a capacity sentence (`Why.BEHIND_RESERVATION`)."""
+    return "it has no time limit" if ends_by is None else f"it would run until {clock(ends_by, now)}"
 
 
 def held_free_gpus(
@@ -243,3 +252,34 @@ def with_relative(message: str, at: float | None, now: float) -> str:
             end = i + len(text)
             return f"{message[:end]} ({relative(at, now)}){message[end:]}"
     return f"{message} ({relative(at, now)})"
+
+
+RUNS = "\x00"  # in a family's capacity sentence, where each job's own end goes (`PerLimit`)
+
+
+@dataclass(frozen=True, slots=True)
+class PerLimit:
+    """A capacity sentence that names when the job would end (`Why.BEHIND_RESERVATION`): the same
+    for every job of a family but for those words, filled in from each job's time limit when read
+    (`reasons.runs_until`). `reason`: the sentence of the job it was built for."""
+
+    head: str
+    tail: str
+    now: float
+    reason: Reason
+
+    @staticmethod
+    def of(template: Reason, now: float, limit: float | None) -> PerLimit | None:
+        """From a sentence with `RUNS` once where the end goes (None: not exactly once), built for
+        a job with time limit `limit`."""
+        parts = template.message.split(RUNS)
+        if len(parts) != 2:
+            return None
+        head, tail = parts
+        runs = runs_until(None if limit is None else now + limit, now)
+        return PerLimit(head, tail, now, Reason(template.code, head + runs + tail, template.at))
+
+    def resolve(self, limit: float | None) -> Reason:
+        """The sentence of a job with this time limit."""
+        runs = runs_until(None if limit is None else self.now + limit, self.now)
+        return Reason(self.reason.code, self.head + runs + self.tail, self.reason.at)

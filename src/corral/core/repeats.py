@@ -14,10 +14,15 @@ backfill window could hold (`Judge.family_verdict` says what, without side effec
   lifts nothing that matters, misses again and leaves no trace, not even in the index's order);
   the others stop the walk and are looked at, unless their (shape, time limit) was already
   blocked this cycle (then `consider` tries no backfill for them either).
-A family is looked at job by job instead while its capacity sentence names when each job would
-end (held behind another job's reservation: `Why.BEHIND_RESERVATION`), while when its victims'
-`min_runtime` protection ends depends on the job itself (`Victims.groups_by_family`), or while
-that time is earlier than the cycle's `next_wake` so far (looking would move it).
+A capacity sentence that names when each job would end (held behind another job's reservation:
+`Why.BEHIND_RESERVATION`) is kept as a `PerLimit`: each passed job's own end is filled in when
+its reason is read. When its victims' `min_runtime` protection ends depends on the job beyond
+its family (`Victims.groups_by_family` false: las reads the attained service), a capacity
+verdict holds for the jobs of one part (`Victims.family_part`, `Verdict.part`): a job of another
+part stops the walk and, if looking changed nothing, gives the family its part's verdict. A
+family is looked at job by job instead while that time is earlier than the cycle's `next_wake`
+so far (looking would move it), and while kept out by admission with such victims (an admission
+run tells all its jobs one reason, and `consider` repeats a verdict key's first answer).
 A job blocked by capacity is told what the first job of its (shape, queue, class, time limit)
 blocked in this cycle was told (`_Cycle.blocked`), which a run records lazily: `first_blocked`
 finds it from the runs. Flagged jobs (held, nominated, backing off, kept off nodes) always stop
@@ -37,6 +42,7 @@ from typing import Protocol
 from corral.core.decisions import Reason, Reasons
 from corral.core.jobs import PendingJob, QueueState
 from corral.core.model import JobId
+from corral.core.reasons import PerLimit
 from corral.core.state import ClusterState
 
 Key = tuple[object, ...]
@@ -53,6 +59,9 @@ class Verdict:
 
     kind: int  # ADMISSION, CAPACITY, or REPEAT (one verdict key only: its current verdict)
     reason: Reason
+    per_limit: PerLimit | None = None  # CAPACITY only: `reason` names the end of the job looked at
+    # CAPACITY only: told only to the jobs whose `Judge.family_part` is this (None: to all)
+    part: int | None = None
 
 
 class Judge(Protocol):
@@ -75,6 +84,10 @@ class Judge(Protocol):
         """The latest time by which a job must end for its backfill attempt to change anything."""
         ...
 
+    def family_part(self, job: PendingJob) -> int:
+        """What its answer depends on beyond its family (`Verdict.part`)."""
+        ...
+
 
 class Family:
     __slots__ = (
@@ -82,6 +95,7 @@ class Family:
         "flags",
         "index",
         "keys",
+        "parts",
         "pos",
         "preemptible",
         "queue",
@@ -101,9 +115,12 @@ class Family:
         self.verdict: Verdict | None = None  # passive while it has one (for the current epoch)
         self.flags: list[Key] = []  # its flagged jobs' keys, sorted
         # the runs it passed as blocked by capacity: (first key, last key, reason), in order
-        self.runs: list[tuple[Key, Key, Reason]] = []
+        self.runs: list[tuple[Key, Key, Reason | PerLimit]] = []
         self.scan_pos = 0  # the jobs from `pos` to here cannot backfill by `scan_end`
         self.scan_end = -1.0
+        # where its jobs' parts change (first index of each stretch) and each stretch's part,
+        # computed once in a cycle when first needed (a job's part does not change in a cycle)
+        self.parts: tuple[list[int], list[int]] | None = None
         self.base: tuple[object, ...] | None = None  # (shape, queue, class) of its jobs
         self.preemptible = True  # ... and their preemptibility (both set by `Walk._twins`)
 
@@ -158,12 +175,12 @@ class Walk:
             fam = self.families[i]
             if token != fam.token:
                 continue
+            job = jobs[key[-1]]  # type: ignore[index]
             if fam.verdict is not None:  # a job inside a passive family that needs a look
                 hi = bisect_left(fam.keys, key, fam.pos)
                 self._run(fam, fam.pos, hi)
                 fam.pos = hi + 1
             else:
-                job = jobs[key[-1]]  # type: ignore[index]
                 verdict = verdicts.get(job.verdict_key)
                 fam.pos += 1
                 if verdict is not None and verdict[0] == version and not job.is_flagged(self.now):
@@ -172,7 +189,7 @@ class Walk:
                     self._push(fam)
                     continue
             self.at = key
-            self.last = (fam, jobs[key[-1]])  # type: ignore[index]
+            self.last = (fam, job)
             return key
         return None
 
@@ -190,12 +207,12 @@ class Walk:
             if not fam.runs:
                 continue
             uniform = self._uniform(fam, by_base)
-            for lo_key, hi_key, reason in fam.runs:
+            for lo_key, hi_key, told in fam.runs:
                 keys = fam.keys[bisect_left(fam.keys, lo_key) : bisect_right(fam.keys, hi_key)]
                 if uniform is not None:
                     reasons.add_run(keys, uniform)
                 else:  # resolved when read (the simulator never reads them)
-                    reasons.add_lazy_run(keys, _FirstBlocked(self, reason))
+                    reasons.add_lazy_run(keys, _FirstBlocked(self, told))
         self.done = True
 
     def _cut(self, everything: bool = False) -> None:
@@ -228,6 +245,19 @@ class Walk:
                 fam.verdict = verdict
                 self.passive.append(fam)
                 self.capacity_seen = self.capacity_seen or verdict.kind == CAPACITY
+        elif (
+            fam.verdict.kind == CAPACITY
+            and fam.verdict.part is not None
+            and self.judge.family_part(job) != fam.verdict.part
+        ):
+            # a stop of another part: that part's jobs are told what it was, from here on (a
+            # capacity run's reasons are resolved per verdict key, `first_blocked`: a job is told
+            # what the first of its key was, whatever its part, as `consider` repeats it)
+            verdict = self.judge.family_verdict(job)
+            if verdict is None or verdict.kind != CAPACITY:
+                self.passive.remove(fam)
+                verdict = None
+            fam.verdict = verdict
         self._push(fam)
 
     def _push(self, fam: Family) -> None:
@@ -246,7 +276,8 @@ class Walk:
         verdict = fam.verdict
         assert verdict is not None
         if verdict.kind == CAPACITY:
-            fam.runs.append((fam.keys[lo], fam.keys[hi - 1], verdict.reason))
+            told = verdict.reason if verdict.per_limit is None else verdict.per_limit
+            fam.runs.append((fam.keys[lo], fam.keys[hi - 1], told))
         else:
             self.judge.reasons.add_run(fam.keys[lo:hi], verdict.reason)
         self.passed += hi - lo
@@ -263,6 +294,10 @@ class Walk:
             i = bisect_left(fam.flags, keys[fam.pos])
             if i < len(fam.flags):
                 best = fam.flags[i]
+        if verdict.part is not None:
+            i = self._part_stop(fam, verdict.part)
+            if i < len(keys) and (best is None or keys[i] < best):
+                best = keys[i]
         if verdict.kind == CAPACITY:
             end = self.judge.backfill_end()
             if end is not None:
@@ -270,6 +305,26 @@ class Walk:
                 if i < len(keys) and (best is None or keys[i] < best):
                     best = keys[i]
         return best
+
+    def _part_stop(self, fam: Family, part: int) -> int:
+        """The first job from `fam.pos` on whose part is not `part`."""
+        if fam.parts is None:
+            starts: list[int] = []
+            values: list[int] = []
+            jobs, judge = self.jobs, self.judge
+            for i, key in enumerate(fam.keys):
+                value = judge.family_part(jobs[key[-1]])  # type: ignore[index]
+                if not values or values[-1] != value:
+                    starts.append(i)
+                    values.append(value)
+            fam.parts = (starts, values)
+        starts, values = fam.parts
+        if fam.pos >= len(fam.keys):
+            return fam.pos
+        s = bisect_right(starts, fam.pos) - 1
+        if values[s] != part:
+            return fam.pos
+        return starts[s + 1] if s + 1 < len(starts) else len(fam.keys)
 
     def _scan(self, fam: Family, end: float) -> int:
         """The first job from `fam.pos` on that may backfill by `end`: a time limit that ends by
@@ -293,7 +348,7 @@ class Walk:
         found = blocked.get(shape)
         if found is not None or not self.capacity_seen:
             return found  # (no family was passive as blocked by capacity: no run to look in)
-        best: tuple[Key, Reason] | None = None
+        best: tuple[Key, Reason | PerLimit] | None = None
         preemptible = job.spec.preemptible
         for fam in self._twins(job):
             twin = fam.preemptible
@@ -304,10 +359,12 @@ class Walk:
                 best = hit
         if best is None:
             return None
-        blocked[shape] = best[1]
-        return best[1]
+        told = best[1]
+        found = told if isinstance(told, Reason) else told.resolve(job.spec.time_limit)
+        blocked[shape] = found
+        return found
 
-    def _first_run(self, fam: Family, keys: list[Key]) -> tuple[Key, Reason] | None:
+    def _first_run(self, fam: Family, keys: list[Key]) -> tuple[Key, Reason | PerLimit] | None:
         """The first of `keys` (a verdict key's jobs, of `fam`, sorted) passed in one of its
         capacity runs (so far; the open run of a passive family counts)."""
         for lo, hi, reason in fam.runs:  # in order
@@ -318,7 +375,9 @@ class Walk:
         if self.done or verdict is None or verdict.kind != CAPACITY or at is None or fam.pos >= len(fam.keys):
             return None
         i = bisect_left(keys, fam.keys[fam.pos])  # passed, not yet recorded: up to the last look
-        return (keys[i], verdict.reason) if i < len(keys) and keys[i] < at else None
+        if i >= len(keys) or keys[i] >= at:
+            return None
+        return keys[i], verdict.reason if verdict.per_limit is None else verdict.per_limit
 
     def _twins(self, job: PendingJob) -> list[Family]:
         """The families of this walk whose jobs share `job`'s shape, queue and class."""
@@ -337,14 +396,18 @@ class Walk:
 
     def _uniform(self, fam: Family, by_base: dict[tuple[object, ...], set[Reason]]) -> Reason | None:
         """The one reason every capacity run of the family gives, if the reasons its (shape, time
-        limit)s were first told this cycle are all the same (None: they differ)."""
+        limit)s were first told this cycle are all the same (None: they differ, or name each
+        job's own end)."""
         first = self.jobs[fam.keys[0][-1]]  # type: ignore[index]
         base = (first.shape, first.spec.queue, first.spec.priority)
-        reasons = {reason for _, _, reason in fam.runs}
+        reasons: set[Reason | PerLimit] = {reason for _, _, reason in fam.runs}
         for twin in self._twins(first):
             reasons.update(reason for _, _, reason in twin.runs)
         reasons.update(by_base.get(base, ()))
-        return next(iter(reasons)) if len(reasons) == 1 else None
+        if len(reasons) != 1:
+            return None
+        only = next(iter(reasons))
+        return only if isinstance(only, Reason) else None
 
 
 class _FirstBlocked:
@@ -353,14 +416,19 @@ class _FirstBlocked:
 
     __slots__ = ("reason", "walk")
 
-    def __init__(self, walk: Walk, reason: Reason) -> None:
+    def __init__(self, walk: Walk, reason: Reason | PerLimit) -> None:
         self.walk = walk
         self.reason = reason
 
     def __call__(self, job_id: JobId) -> Reason:
         job = self.walk.jobs.get(job_id)
         found = None if job is None else self.walk.first_blocked(job, blocked_key(job))
-        return self.reason if found is None else found
+        if found is not None:
+            return found
+        told = self.reason
+        if isinstance(told, Reason):
+            return told
+        return told.reason if job is None else told.resolve(job.spec.time_limit)
 
 
 def blocked_key(job: PendingJob) -> tuple[object, ...]:

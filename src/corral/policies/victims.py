@@ -50,6 +50,9 @@ class PriorityReclaim:
     bounds_by_group = True
     groups_by_family = True  # its queue, class and GPUs
 
+    def family_part(self, preemptor: PendingJob) -> int:
+        return 0
+
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
     ) -> bool:
@@ -133,6 +136,10 @@ class AttainedService:
 
     def _level(self, attained: float) -> int:
         return bisect_right(self.args.thresholds, attained)
+
+    def family_part(self, preemptor: PendingJob) -> int:
+        """`group_eligible` reads whether the preemptor is below the top attained-service level."""
+        return int(self._level(preemptor.attained) < len(self.args.thresholds))
 
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
