@@ -22,7 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corral.config.cluster_file import parse_cluster_config
-from corral.policies.registry import load_policy, parse_plugin_args
+from corral.policies.registry import load_policy, parse_plugin_args, policy_names
 from corral.sim.engine import SimOptions, Simulation
 from corral.sim.eventlog import EventLog
 from corral.sim.jobmodel import PreemptionCost
@@ -33,6 +33,7 @@ from corral.sim.trace import TraceJob
 from philly_setup import shared_cluster
 
 POLICIES = ["default", "fifo", "sjf", "las"]
+BASELINES = ("fifo", "sjf", "las")  # --arg and --hold-after apply to the other policies
 FIELDS = [
     ("avg JCT", ("jct", "mean")),
     ("p99 JCT", ("jct", "p99")),
@@ -104,9 +105,11 @@ def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]
     options = SimOptions(
         min_interval=MIN_INTERVAL[0], preemption=PreemptionCost(default_interval=CHECKPOINT[0])
     )
-    profile = load_policy(policy, ARGS[0] if policy == "default" else None)
-    if HOLD_AFTER[0] is not None and policy == "default":
+    tuned = policy not in BASELINES
+    profile = load_policy(policy, ARGS[0] if tuned else None)
+    if HOLD_AFTER[0] is not None and tuned:
         profile = dataclasses.replace(profile, hold_after=HOLD_AFTER[0])
+    cpu = time.process_time()
     waits = Waits()
     sim = Simulation(cluster, jobs, profile, EventLog([measures.feed, waits.feed]), options)
     sim.on_cycle = waits.cycle
@@ -114,6 +117,7 @@ def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]
     s = measures.summary()
     row = {name: _get(s, path) for name, path in FIELDS} | waits.row()
     row["seconds"] = time.perf_counter() - started
+    row["cpu"] = time.process_time() - cpu
     print(
         json.dumps(
             {
@@ -121,7 +125,7 @@ def run_one(cluster: Any, jobs: list[TraceJob], policy: str) -> dict[str, float]
                 "policy": policy,
                 "min_interval": MIN_INTERVAL[0],
                 "checkpoint_interval": CHECKPOINT[0],
-                "args": ARGS[0] if policy == "default" else {},
+                "args": ARGS[0] if tuned else {},
                 "hold_after": getattr(profile, "hold_after", None),  # absent before issue 16
                 **row,
                 # per queue: its share of the GPU-hours, its quota's share, time below its quota
@@ -162,7 +166,7 @@ def pollux(policies: list[str]) -> dict[str, dict[str, float]]:
     return {p: {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]} for p, rows in runs.items()}
 
 
-EXTRA = ["max wait", "reserved", "late", "late avg", "late max"]
+EXTRA = ["max wait", "reserved", "late", "late avg", "late max", "cpu"]
 
 
 def show(title: str, results: dict[str, dict[str, float]]) -> None:
@@ -180,7 +184,7 @@ def show(title: str, results: dict[str, dict[str, float]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=["philly-0.25", "philly-0.2", "pollux"])
-    parser.add_argument("--policy", action="append", choices=POLICIES)
+    parser.add_argument("--policy", action="append", choices=policy_names(), help=f"default: {POLICIES}")
     parser.add_argument("--min-interval", type=float, default=0.0, help="seconds between cycles, at least")
     parser.add_argument(
         "--checkpoint-interval",
@@ -189,8 +193,10 @@ def main() -> None:
         "a preempted job loses all its work)",
     )
     parser.add_argument("--first", type=int, help="Philly: only the first N jobs (a prefix, for iterating)")
-    parser.add_argument("--arg", action="append", default=[], help="PLUGIN.KEY=VALUE for default")
-    parser.add_argument("--hold-after", type=float, help="default: seconds before estimates hold GPUs")
+    parser.add_argument("--arg", action="append", default=[], help="PLUGIN.KEY=VALUE (not for baselines)")
+    parser.add_argument(
+        "--hold-after", type=float, help="seconds before estimates hold GPUs (not for baselines; 0: at once)"
+    )
     args = parser.parse_args()
     HOLD_AFTER[0] = args.hold_after
     ARGS[0] = parse_plugin_args(args.arg)

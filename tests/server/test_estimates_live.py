@@ -1,6 +1,6 @@
 """The live scheduler learns run times from its own finished jobs and keeps them across a restart
 (issue 16): a job waiting behind a job without a time limit is told when estimates will hold
-GPUs for it."""
+GPUs for it (under the `estimated` policy)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ def test_estimates_survive_a_restart_and_name_their_history(server: Server) -> N
     agent.register()
     try:
         with server.client() as c:
+            chosen = c.put("/v1/policy", json={"name": "estimated"})  # a revision: kept across the restart
+            assert chosen.status_code == 200, chosen.text
             done = submit(c, queue="research", name="train", gpus_per_replica=6)["id"]
             _start(agent, done)
             assert agent.report(done, 1, "exited", 0).status_code == 200
@@ -39,7 +41,7 @@ def test_estimates_survive_a_restart_and_name_their_history(server: Server) -> N
             running = submit(c, queue="research", name="train", gpus_per_replica=6)["id"]
             _start(agent, running)
             waiting = submit(c, queue="research", name="train", gpus_per_replica=4)["id"]
-            # `default` holds GPUs on estimates for a job that has waited a day (hold_after): until
+            # `estimated` holds GPUs on estimates for a job that has waited a day (hold_after): until
             # then its reason says when; without the history read back at start there is no
             # estimate at all ("held by jobs without a time limit", no reservation)
             found = wait_for(lambda: "estimated ends" in (j := job(c, waiting))["reason"] and j, timeout=15)

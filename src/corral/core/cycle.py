@@ -374,9 +374,10 @@ class _Cycle:
         ):
             self.reserved_queues.add(queue)
             found, estimate = reserve.earliest_fit(state, req, self.now), None
-            if found is None and state.want_estimates(self.now):
+            hold_after = self.profile.hold_after
+            if found is None and hold_after is not None and state.want_estimates(self.now):
                 found, estimate = estimated_hold(state, job, req, self.now)
-                hold_at = job.spec.submit_time + self.profile.hold_after
+                hold_at = job.spec.submit_time + hold_after
                 if found is not None and hold_at > self.now and not confident(estimate):
                     self.result.wake_at(hold_at)  # aging: a poor estimate holds GPUs once it has waited
                     return why_text.hold_later(why, hold_at, self.now)

@@ -119,11 +119,22 @@ class Profile:
     head_of_line: bool = False
     backfill: bool = True
     max_reservations: int = 8
-    # a reservation that rests on estimated ends (jobs without a time limit) holds GPUs only for a
-    # job that has waited this long (seconds): the longer a job waits, the firmer its hold
-    hold_after: float = 0.0
+    # reservations may rest on the estimated ends of jobs without a time limit (`estimated_holds`):
+    # such a reservation holds GPUs at once on a confident estimate, else only for a job that has
+    # waited this long (seconds): the longer a job waits, the firmer its hold. None: never
+    hold_after: float | None = None
     max_preemption_tries: int = 64  # victim selections per cycle; the rest wait for the next cycle
     max_nominations: int = 16  # preemptions decided per cycle
     usage_half_life: float | None = None
     description: str = ""
     args: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def uses_estimates(self) -> bool:
+        """Whether it reads run-time estimates (`estimates`): reservations on estimated ends
+        (`hold_after`), or an order that says so (a method `reads_estimates()` that returns True,
+        e.g. `shortest_estimated`). A simulation learns from its finished jobs only then."""
+        if self.hold_after is not None:
+            return True
+        reads = getattr(self.job_order, "reads_estimates", None)
+        return reads is not None and bool(reads())

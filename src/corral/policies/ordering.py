@@ -95,6 +95,10 @@ class ShortestEstimated:
 
     args: ShortestEstimatedArgs = ShortestEstimatedArgs()
 
+    def reads_estimates(self) -> bool:
+        """It orders by `PendingJob.estimate` (`Profile.uses_estimates`)."""
+        return True
+
     def key(self, job: PendingJob) -> tuple[object, ...]:
         s = job.spec
         estimate = job.estimate

@@ -34,16 +34,26 @@ PLUGINS: dict[str, type[Any]] = {
 # extension point -> plugin name (or names), per built-in policy; plus cycle settings.
 POLICIES: dict[str, dict[str, Any]] = {
     "default": {
-        "description": "fair share, quotas, topology, preemption and reclaim, reservations, backfill; "
-        "inside a queue, shortest estimated run time first, aged by waiting",
+        "description": "fair share, quotas, topology, preemption and reclaim, reservations, backfill",
+        "order": "priority_fifo",
+        "queue_order": "fair_share",
+        "admit": ["limit", "quota"],
+        "victims": "priority_reclaim",
+        "backfill": True,
+        "max_reservations": 8,
+    },
+    "estimated": {
+        "description": "default, with run times estimated from history: inside a queue, shortest "
+        "estimated run time first, aged by waiting; reservations from the estimated ends of jobs "
+        "without a time limit",
         "order": "shortest_estimated",
         "queue_order": "fair_share",
         "admit": ["limit", "quota"],
         "victims": "priority_reclaim",
         "backfill": True,
         "max_reservations": 8,
-        # estimated ends hold GPUs for a job that has waited a day: no job waits behind jobs
-        # without a time limit for much longer than that (docs/benchmarks.md, "Overload quality")
+        # estimated ends hold GPUs at once on a confident estimate, otherwise for a job that has
+        # waited a day (docs/benchmarks.md, "Overload quality")
         "hold_after": 86400.0,
     },
     "fifo": {
@@ -147,7 +157,7 @@ def load_policy(name: str, args: Mapping[str, Mapping[str, Any]] | None = None) 
         head_of_line=bool(spec.get("head_of_line", False)),
         backfill=bool(spec.get("backfill", True)),
         max_reservations=int(spec.get("max_reservations", 8)),
-        hold_after=float(spec.get("hold_after", 0.0)),
+        hold_after=None if spec.get("hold_after") is None else float(spec["hold_after"]),
         usage_half_life=half_life,
         description=str(spec["description"]),
         args={k: dict(v) for k, v in args.items()},

@@ -105,7 +105,8 @@ class Simulation:
         self.state = ClusterState.build(
             cluster.topology, cluster.nodes, cluster.queues, cluster.priority_classes
         )
-        self.state.estimator = Estimator()  # learns from the jobs that finish earlier in the replay
+        if profile.uses_estimates:  # learns from the jobs that finish earlier in the replay
+            self.state.estimator = Estimator()
         self.ideal = IdealSpans(self.state)
         self.stats = SimStats()
         self.jobs: dict[str, _Job] = {}
