@@ -1,7 +1,7 @@
 """Simulator speed: whole Philly, a preemptive LAS replay, a 1,000,000-job synthetic trace, and
 an oversubscribed cluster (`bench/overload_trace.py`).
 
-Run: .venv/bin/python bench/sim_speed.py [--only CASE[,CASE]] [--jobs N]
+Run: .venv/bin/python bench/sim_speed.py [--only CASE[,CASE]] [--jobs N] [--policy P (for `default`)]
 Each case runs in a fresh process; the figures are wall time (and the process's CPU time, which a
 busy machine inflates less), simulated jobs per second and the process's peak resident memory,
 and whether the core ran compiled (scripts/setup.sh builds it; CORRAL_PURE_PYTHON=1 runs it
@@ -92,6 +92,8 @@ def run(case: str, jobs_limit: int | None) -> dict[str, object]:
     loaded = time.perf_counter()
     cpu = time.process_time()
     measures = Measures()
+    if policy == "default":
+        policy = DEFAULT[0]  # --policy
     sim = Simulation(cluster, jobs, load_policy(policy), EventLog([measures.feed]), SimOptions())
     stats = sim.run()
     ran = time.perf_counter() - loaded
@@ -131,6 +133,7 @@ TARGETS = {
     "overload_million": "<= 300 s, <= 2048 MiB",
 }
 DEFAULT_CASES = ["philly", "las", "million", "overload", "overload128", "overload128_las"]
+DEFAULT = ["default"]  # the policy of the cases that run `default` (--policy)
 
 
 def main() -> None:
@@ -138,8 +141,10 @@ def main() -> None:
     parser.add_argument("--only", help=f"comma-separated cases: {', '.join(TARGETS)}")
     parser.add_argument("--jobs", type=int, help="limit the jobs of the case (smoke runs)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per case (default 1800)")
+    parser.add_argument("--policy", default="default", help="instead of default (e.g. estimated)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    DEFAULT[0] = args.policy
     if args.child:
         print(json.dumps(run(args.child, args.jobs)))
         return
@@ -148,7 +153,8 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown case {', '.join(unknown)}; known: {', '.join(TARGETS)}")
     for case in cases:
-        cmd = [sys.executable, __file__, "--child", case] + (["--jobs", str(args.jobs)] if args.jobs else [])
+        cmd = [sys.executable, __file__, "--child", case, "--policy", args.policy]
+        cmd += ["--jobs", str(args.jobs)] if args.jobs else []
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=args.timeout).stdout
         except subprocess.TimeoutExpired:

@@ -23,7 +23,10 @@ part stops the walk and, if looking changed nothing, gives the family its part's
 family is looked at job by job instead while that time is earlier than the cycle's `next_wake`
 so far (looking would move it), and while kept out by admission with such victims (an admission
 run tells all its jobs one reason, and `consider` repeats a verdict key's first answer).
-A job blocked by capacity is told what the first job of its (shape, queue, class, time limit)
+A family whose only verdict key repeats an answer (`consider` would repeat it) is passive too,
+found at a look (`_settle`) or at the first job passed as repeating it (`_repeats`: e.g. the look
+at its first job took a reservation, which changed the epoch). A job blocked by capacity is
+told what the first job of its (shape, queue, class, time limit)
 blocked in this cycle was told (`_Cycle.blocked`), which a run records lazily: `first_blocked`
 finds it from the runs. Flagged jobs (held, nominated, backing off, kept off nodes) always stop
 the walk. A walk looks at O(families) jobs per epoch plus the jobs that could start, and costs
@@ -186,6 +189,7 @@ class Walk:
                 if verdict is not None and verdict[0] == version and not job.is_flagged(self.now):
                     self.judge.reasons[job.spec.id] = verdict[1]  # as `consider` would: it repeats
                     self.passed += 1
+                    self._repeats(fam, job, verdict[1])
                     self._push(fam)
                     continue
             self.at = key
@@ -259,6 +263,15 @@ class Walk:
                 verdict = None
             fam.verdict = verdict
         self._push(fam)
+
+    def _repeats(self, fam: Family, job: PendingJob, reason: Reason) -> None:
+        """A job passed as repeating its verdict key's current answer: when that key is its
+        family's only one, every other job of the family repeats it too, up to the epoch's end
+        (as `_settle` finds after a look; here no look came first, e.g. the epoch changed right
+        after the family's first job was looked at, as a reservation does)."""
+        if len(fam.queue.by_verdict.get(job.verdict_key, ())) == len(fam.keys):
+            fam.verdict = Verdict(REPEAT, reason)
+            self.passive.append(fam)
 
     def _push(self, fam: Family) -> None:
         """Put the family's next job that needs a look on the heap (if any)."""
