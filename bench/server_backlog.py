@@ -69,6 +69,7 @@ INFO = [
     ("agent_start_max_s", "exit committed -> start order at the agent max s"),
     ("exit_to_cycle_p50_s", "exit committed -> its ending written p50 s"),
     ("exit_to_cycle_p99_s", "exit committed -> its ending written p99 s"),
+    ("matched", "ended attempts followed by a start on their GPUs"),
     ("no_next_start", "ended attempts whose GPUs nothing took in the window"),
     ("preemptions", "preemptions in the run"),
     ("scheduler_rss_max_mib", "scheduler RSS max MiB"),
@@ -243,9 +244,17 @@ def next_starts(
 # ---- the run --------------------------------------------------------------------------------
 def sizes(args: Any) -> dict[str, Any]:
     if args.quick:
-        return {"nodes": 8, "pending": 2000, "array_size": 250, "idle": 3.0, "ends": 12, "rate": 4.0}
+        return {
+            "nodes": 8,
+            "pending": 2000,
+            "array_size": 250,
+            "idle": 2.0,
+            "ends": 8,
+            "rate": 8.0,
+            "drain": 3.0,
+        }
     return {"nodes": args.nodes, "pending": args.pending, "array_size": args.array_size,
-            "idle": args.idle, "ends": args.ends, "rate": args.rate}  # fmt: skip
+            "idle": args.idle, "ends": args.ends, "rate": args.rate, "drain": 10.0}  # fmt: skip
 
 
 def start_fleet(server: Any, cluster: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], float]:
@@ -330,7 +339,7 @@ def windows(probe: Probe, tmp: Path, size: dict[str, Any], settle_s: float, prof
     if profile:
         os.kill(probe.scheduler, signal.SIGUSR1)  # bench/profile_hook: cProfile from here
     (tmp / "fleet.ends").write_text(json.dumps(plan))
-    probe.wait(size["ends"] / size["rate"] + 10.0)  # the endings, then 10 s for their starts
+    probe.wait(size["ends"] / size["rate"] + size["drain"])  # the endings, then time for their starts
     c = probe.read()
     if profile:
         os.kill(probe.scheduler, signal.SIGUSR2)  # ... to here: the stats are written
