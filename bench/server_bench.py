@@ -1,7 +1,8 @@
 """Control-plane benchmarks against a real `corral server` (API and scheduler processes).
 
-Run: `.venv/bin/python bench/server_bench.py [--only submit,latency,restart] [--quick] [--json OUT]
-[--database-url URL] [--clients N] [--threads T] [--duration S] [--replicas N] [--keyed]`.
+Run: `.venv/bin/python bench/server_bench.py [--only submit,latency,restart,array,backlog] [--quick]
+[--json OUT] [--database-url URL] [--clients N] [--threads T] [--duration S] [--replicas N] [--keyed]
+[--nodes N] [--pending N] [--idle S] [--ends N] [--rate R] [--profile OUT]`.
 
 Each scenario starts its own `corral server` subprocess on a fresh database (SQLite in a temporary
 directory, or a fresh database on the PostgreSQL server that `--database-url` names, dropped
@@ -31,6 +32,11 @@ afterwards) and measures it from outside, over HTTP, the way users and agents re
 - `array`: one job array of 10,000 tasks: POST -> 201 (one commit), POST -> first start order
   at an agent, and the scheduler's cycle time with 10,000 pending tasks of the array, beside
   10,000 ordinary jobs of the same shape (bench/server_array.py).
+
+- `backlog` (only when named: minutes): `--nodes` nodes of 8 GPUs played by a fleet of agents,
+  every GPU busy, `--pending` jobs waiting (job arrays); the scheduler's CPU while nothing can
+  start, and the time from an exit report to the next start on its GPUs
+  (bench/server_backlog.py; target p99 <= 1 s).
 
 `--quick` shrinks each scenario (1,000 nodes and 10,000 jobs; 3 s of load; 50 latency samples):
 a smoke test, the targets are for the full size. The figures are wall-clock on a shared machine:
@@ -739,7 +745,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=5.0, help="backlog: endings per second (default 5)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directories (server logs)")
     args = parser.parse_args(argv)
-    names = list(SCENARIOS)
+    names = [n for n in SCENARIOS if n != "backlog"]  # backlog (minutes, 4,000 GPUs' agents): asked by name
     if args.only:
         names = [n.strip() for n in args.only.split(",") if n.strip()]
         unknown = [n for n in names if n not in SCENARIOS]
