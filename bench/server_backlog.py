@@ -40,6 +40,7 @@ SHAPES = [((1, 1), 55), ((1, 2), 15), ((1, 4), 10), ((1, 8), 12), ((2, 8), 5), (
 
 INFO = [
     ("native_core", "compiled core (corral.native.active())"),
+    ("skip_reasons", "what-if: reasons of waiting jobs neither computed nor written"),
     ("nodes", "nodes (8 GPUs each)"),
     ("joined_s", "fleet tokens + registration s"),
     ("fill_jobs", "fill jobs (every GPU busy)"),
@@ -379,10 +380,13 @@ def bench_backlog(args: Any, tmp: Path, server_cls: Any, http_cls: Any, database
     cluster = tmp / "cluster.yaml"
     cluster_file(cluster, size["nodes"])
     env = {}
-    if args.profile:  # bench/profile_hook/sitecustomize.py, in the scheduler process only
+    if args.profile or args.skip_reasons:  # bench/profile_hook/sitecustomize.py, in the scheduler only
         hook = str(BENCH / "profile_hook")
-        env = {"PYTHONPATH": os.pathsep.join(filter(None, [hook, os.environ.get("PYTHONPATH")])),
-               "CORRAL_BENCH_PROFILE": str(Path(args.profile).resolve())}  # fmt: skip
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [hook, os.environ.get("PYTHONPATH")]))
+    if args.profile:
+        env["CORRAL_BENCH_PROFILE"] = str(Path(args.profile).resolve())
+    if args.skip_reasons:
+        env["CORRAL_BENCH_SKIP_REASONS"] = "1"
     with database(args.database_url, tmp) as url:
         server = server_cls(url, tmp / "data", cluster, extra=["--policy", "default"], env=env)
         server.start(timeout=120)
@@ -392,6 +396,7 @@ def bench_backlog(args: Any, tmp: Path, server_cls: Any, http_cls: Any, database
         finally:
             server.stop()
     out["native_core"] = native.active()
+    out["skip_reasons"] = bool(args.skip_reasons)
     if args.profile:
         report_profile(Path(args.profile))
     return out

@@ -742,6 +742,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", metavar="OUT", help="backlog: cProfile the scheduler over the endings' window into OUT"
     )
+    parser.add_argument(
+        "--skip-reasons", action="store_true",
+        help="backlog, a what-if: the scheduler writes no reasons of waiting jobs (bench/profile_hook)",
+    )  # fmt: skip
     parser.add_argument("--rate", type=float, default=5.0, help="backlog: endings per second (default 5)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directories (server logs)")
     args = parser.parse_args(argv)
