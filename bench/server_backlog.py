@@ -390,10 +390,13 @@ def bench_backlog(args: Any, tmp: Path, server_cls: Any, http_cls: Any, database
     with database(args.database_url, tmp) as url:
         server = server_cls(url, tmp / "data", cluster, extra=["--policy", "default"], env=env)
         server.start(timeout=120)
+        http = None
         try:
             http = http_cls(server.port, server.admin_token)
             out = phases(server, http, cluster, tmp, size, args)
         finally:
+            if http is not None:
+                http.conn.close()
             server.stop()
     out["native_core"] = native.active()
     out["skip_reasons"] = bool(args.skip_reasons)
