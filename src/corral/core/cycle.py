@@ -15,7 +15,7 @@ from collections.abc import Hashable
 from corral.core import order, repeats, reserve
 from corral.core import reasons as why_text
 from corral.core.decisions import CycleResult, Reason, Reject, Reserve, Start, Why
-from corral.core.fairshare import advance_usage
+from corral.core.fairshare import advance_usage, note_reclaiming
 from corral.core.jobs import PendingJob, shape_of
 from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
 from corral.core.placement import Miss, NodeMask, Request, place, sure_miss
@@ -35,6 +35,7 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
     if profile.usage_half_life:
         advance_usage(state, now, profile.usage_half_life)
     _reject_never_fitting(state, profile, result)
+    note_reclaiming(state)
     cycle = _Cycle(state, profile, now, result)
     try:
         cycle.run()
