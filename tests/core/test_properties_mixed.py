@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import fields
 from fnmatch import fnmatchcase
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -144,11 +143,6 @@ def test_invariants_hold_over_mixed_histories(data: st.DataObject, policy: str) 
     mixed_history(data, policy, exclusive=policy != "las")
 
 
-@pytest.mark.xfail(
-    reason="core bug found by this property, not fixed yet: a per-node job's nomination holds only its "
-    "GPUs, so other work starts on the rest of its node before it does (docs/testing.md)",
-    strict=False,
-)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_per_node_job_never_shares_its_node_under_las(data: st.DataObject) -> None:

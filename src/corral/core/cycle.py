@@ -16,7 +16,7 @@ from corral.core import order, repeats, reserve
 from corral.core import reasons as why_text
 from corral.core.decisions import CycleResult, Reason, Reject, Reserve, Start, Why
 from corral.core.estimated_holds import ESTIMATES_KEPT, confident, estimated_hold
-from corral.core.fairshare import advance_usage
+from corral.core.fairshare import advance_usage, note_reclaiming
 from corral.core.jobs import PendingJob, shape_of
 from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
 from corral.core.placement import Miss, NodeMask, Request, place, sure_miss
@@ -40,6 +40,7 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
     if state.by_estimate:
         state.refresh_estimates(now)
     _reject_never_fitting(state, profile, result)
+    note_reclaiming(state)
     cycle = _Cycle(state, profile, now, result)
     try:
         cycle.run()

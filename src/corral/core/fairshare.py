@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from corral.core.jobs import QueueState
+from corral.core.jobs import PendingJob, QueueState
 from corral.core.state import ClusterState
 
 
@@ -106,18 +106,61 @@ def _borrow_rooms(state: ClusterState) -> dict[str, tuple[int, int]]:
     free = state.total_gpus - sum(use)
     if not _any_quota(state):  # nothing is guaranteed to anyone: only capacity limits borrowing
         return {q.spec.name: (free, free) for q in queues}
+    waiting = state.caches.reclaiming = reclaiming(state)
+    kept = [q.spec.quota if q.spec.name in waiting else q.spec.quota - q.spec.lendable for q in queues]
     # counted[c]: every queue at max(use, what it does not lend to cohort c)
     counted: dict[str, int] = {}
     for cohort in {cohort_of(q) for q in queues}:
         counted[cohort] = sum(
-            max(u, q.spec.quota - q.spec.lendable if cohort_of(q) == cohort else q.spec.quota)
-            for q, u in zip(queues, use, strict=True)
+            max(u, k if cohort_of(q) == cohort else q.spec.quota)
+            for q, u, k in zip(queues, use, kept, strict=True)
         )
     rooms: dict[str, tuple[int, int]] = {}
-    for q, u in zip(queues, use, strict=True):
-        others = counted[cohort_of(q)] - max(u, q.spec.quota - q.spec.lendable)
+    for q, u, k in zip(queues, use, kept, strict=True):
+        others = counted[cohort_of(q)] - max(u, k)
         rooms[q.spec.name] = (state.total_gpus - others - u, free)
     return rooms
+
+
+def reclaiming(state: ClusterState) -> frozenset[str]:
+    """Queues below their quota with a job waiting that fits in what their quota has left: they
+    lend none of their idle quota while it waits (DESIGN.md 6.3).
+
+    Without this, GPUs freed while such a job waits go to borrowers (a one-GPU borrower takes each
+    GPU that ends), and every borrower on a node the job could take back stays inside its
+    `min_runtime`: an eight-GPU job of a queue below its quota waited 8,564 s on the overload
+    trace (bench/quota_guarantee.py). Held jobs, and jobs already nominated to GPUs being freed
+    (their GPUs count toward the queue), do not count. Each family's jobs have one size, so this
+    looks at one job per family, more only past held ones.
+    """
+    found: list[str] = []
+    for q in state.queues.values():
+        room = q.spec.quota - q.effective_gpus
+        if room <= 0 or not q.pending:
+            continue
+        for keys in q.by_family.values():
+            if not keys or q.pending[keys[0][-1]].spec.gpus > room:  # type: ignore[index]
+                continue
+            if any(_waits(q.pending[key[-1]]) for key in keys):  # type: ignore[index]
+                found.append(q.spec.name)
+                break
+    return frozenset(found)
+
+
+def note_reclaiming(state: ClusterState) -> None:
+    """At a cycle's start: which queues wait for their quota may have changed since the last
+    cycle without any queue's use changing (submits, holds, cancels); if it did, every borrowing
+    answer did too (`ClusterState.use_version`)."""
+    if not _any_quota(state):
+        return
+    waiting = reclaiming(state)
+    if waiting != state.caches.reclaiming:
+        state.caches.reclaiming = waiting
+        state.use_version += 1
+
+
+def _waits(job: PendingJob) -> bool:
+    return not job.held and job.nomination is None
 
 
 def _any_quota(state: ClusterState) -> bool:

@@ -36,7 +36,7 @@ def check(state: ClusterState) -> None:
                 raise InvariantError(f"index says {says} free on {where}, masks say {free}")
     held = [0] * len(state.specs)
     for job in state.jobs.values():
-        for node, mask in job.nomination.placement if job.nomination is not None else ():
+        for node, mask in job.nomination.held if job.nomination is not None else ():
             if held[node] & mask:
                 where = state.specs[node].name
                 raise InvariantError(f"GPUs on {where} nominated to two jobs ({job.spec.id})")

@@ -19,6 +19,9 @@ class Nomination:
     placement: list[tuple[int, int]]  # (node id, GPU mask) per replica, in rank order
     victims: frozenset[JobId]
     since: float
+    # (node id, GPU mask) held for it: its placement's GPUs, or, for a per-node job (which
+    # starts alone on its nodes), every GPU of its nodes, so nothing else starts beside it
+    held: list[tuple[int, int]]
 
 
 class PendingJob:

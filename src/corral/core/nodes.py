@@ -45,6 +45,8 @@ class Caches:
     any_quota: bool | None = None  # whether any queue has a quota (`fairshare`)
     # every queue's borrowing room, at the queues' use version it was computed for (`fairshare`)
     borrow_rooms: tuple[int, dict[str, tuple[int, int]]] | None = None
+    # the queues that lend none of their idle quota, as last computed (`fairshare.reclaiming`)
+    reclaiming: frozenset[str] = frozenset()
 
 
 class NodeTable:

@@ -102,15 +102,17 @@ def _by_aggregates(
         if have >= g and node_class[node] in allowed and state.is_schedulable(node):
             potential[node] = have
 
+    whole = req.per_node  # a per-node job starts alone: every attempt on its nodes must leave
+
     def cost(node: int, gpus: int) -> Cost:
         have = avail[node]
-        if have >= gpus:
+        if have >= gpus and not (whole and state.alloc[node]):
             return _FREE
         worst, lost = -(1 << 62), 0.0
         for (queue, priority), (count, since) in sorted(
             state.occupancy.groups[node].items(), key=lambda kv: kv[0][1]
         ):
-            if have >= gpus:
+            if have >= gpus and not whole:
                 break
             if (queue, priority) in ok:
                 have += int(count)
@@ -130,17 +132,19 @@ def _by_aggregates(
             candidates = verified.get(node)
             if candidates is None:
                 candidates = verified[node] = _verified(state, plugin, job, node, now)
+            left = state.alloc[node]
             for a in candidates:
-                if have >= gpus:
+                if have >= gpus and not (whole and left):
                     break
                 victims.setdefault(id(a), a)
                 have += sum(m.bit_count() for n, m in a.placement if n == node)
-            if have < gpus:
+                left &= ~sum(m for n, m in a.placement if n == node)
+            if have < gpus or (whole and left):
                 short = True
                 real = avail[node] + sum(
                     m.bit_count() for a in candidates for n, m in a.placement if n == node
                 )
-                if real >= g:
+                if real >= g and not (whole and left):
                     potential[node] = real
                 else:
                     potential.pop(node, None)
@@ -208,10 +212,16 @@ def _full_scan(
     for node, entries in on_node.items():
         potential[node] = avail[node] + sum(gpus for _, _, gpus in entries)
 
+    whole = req.per_node  # a per-node job starts alone: every attempt on its nodes must leave
+    if whole:  # so a node where some attempt may not be taken cannot hold it
+        for node, entries in on_node.items():
+            if state.alloc[node] & ~sum(m for _, a, _ in entries for n, m in a.placement if n == node):
+                del potential[node]
+
     def cost(node: int, gpus: int) -> Cost:
         have, worst = avail[node], -(1 << 62)
         for i, _, held in on_node.get(node, ()):
-            if have >= gpus:
+            if have >= gpus and not whole:
                 break
             worst = max(worst, i)
             have += held
@@ -224,7 +234,7 @@ def _full_scan(
     for node, gpus in nodes:
         have = avail[node]
         for _, a, held in on_node.get(node, ()):
-            if have >= gpus:
+            if have >= gpus and not whole:
                 break
             needed.setdefault(id(a), a)
             have += held
@@ -319,8 +329,8 @@ def _confirm(
     if not isinstance(placed, list):
         return None
     used: dict[int, int] = {}
-    for node, mask in placed:
-        used[node] = used.get(node, 0) | mask
+    for node, mask in placed:  # a per-node job takes its nodes whole (it starts alone there)
+        used[node] = -1 if req.per_node else used.get(node, 0) | mask
     kept = [a for a in victims if any(used.get(n, 0) & m for n, m in a.placement)]
     return Selection(placed, kept)
 

@@ -161,11 +161,12 @@ class Preemption:
             )
             host.result.preemptions.append(Preempt(v.spec.id, v.attempt, job.spec.id, deadline, reason))
         state.nominate(job, placed, frozenset(ids), host.now)
+        held = job.nomination.held if job.nomination is not None else placed
         host.result.nominations.append(Nominate(job.spec.id, placement, ids))
         host.result.reasons[job.spec.id] = Reason(
             Why.NOMINATED, f"preempting {', '.join(ids)} {why}; starts when they stop"
         )
-        if not any(state.alloc[n] & m for n, m in placed):
+        if not any(state.alloc[n] & m for n, m in held):
             return self.nominated(host, job)
         return False
 
@@ -180,7 +181,7 @@ class Preemption:
             not state.is_schedulable(n) or state.healthy[n] & mask != mask for n, mask in nomination.placement
         )
         left = [v for v in nomination.victims if v in state.running]
-        busy = any(state.alloc[n] & mask for n, mask in nomination.placement)
+        busy = any(state.alloc[n] & mask for n, mask in nomination.held)
         if broken or (busy and not left):
             state.drop_nomination(job)
             return host.consider(job)

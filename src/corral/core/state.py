@@ -414,9 +414,14 @@ class ClusterState(NodeTable):
     def nominate(
         self, job: PendingJob, placement: list[tuple[int, int]], victims: frozenset[JobId], now: float
     ) -> None:
-        """Hold GPUs for a preemptor until its victims stop; counts toward its queue at once."""
-        job.nomination = Nomination(placement, victims, now)
-        for node, mask in placement:
+        """Hold GPUs for a preemptor until its victims stop; counts toward its queue at once.
+        A per-node job holds its nodes whole: it will start alone there."""
+        if job.spec.launch is Launch.PER_NODE:
+            held = [(node, (1 << self.specs[node].gpus) - 1) for node, _ in placement]
+        else:
+            held = list(placement)
+        job.nomination = Nomination(placement, victims, now, held)
+        for node, mask in held:
             self._set_held_raw(node, self.held[node] | mask)
         self.queues[job.spec.queue].incoming_gpus += job.spec.gpus
         self.use_version += 1
@@ -426,7 +431,7 @@ class ClusterState(NodeTable):
         if nomination is None:
             return
         job.nomination = None
-        for node, mask in nomination.placement:
+        for node, mask in nomination.held:
             self._set_held_raw(node, self.held[node] & ~mask)
         self.queues[job.spec.queue].incoming_gpus -= job.spec.gpus
         self.use_version += 1

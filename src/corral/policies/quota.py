@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from corral.core.decisions import Reason, Why
-from corral.core.fairshare import borrow_room
+from corral.core.fairshare import borrow_room, cohort_of
 from corral.core.jobs import PendingJob, QueueState
+from corral.core.model import QueueName
 from corral.core.state import ClusterState
 from corral.policies.noargs import NoArgs
 
@@ -60,5 +61,23 @@ class Quota:
             Why.COHORT,
             f"queue {spec.name} would borrow {borrow} GPUs above its quota of {spec.quota} "
             f"({use} in use, needs {need}); {cohort} can lend {max(0, room)} now: the other GPUs are "
-            "guaranteed to other queues",
+            f"guaranteed to other queues{_waiting(state, queue)}",
         )
+
+
+def _waiting(state: ClusterState, queue: QueueState) -> str:
+    """The queues of its cohort that lend nothing now because a job of theirs waits inside their
+    quota (`fairshare.reclaiming`), as a clause of the reason."""
+    cohort = cohort_of(queue)
+    queues = state.queues
+    names = sorted(
+        n
+        for n in state.caches.reclaiming
+        if n != queue.spec.name and cohort_of(queues[QueueName(n)]) == cohort
+    )
+    if not names:
+        return ""
+    if len(names) == 1:
+        return f" (queue {names[0]} has jobs waiting within its quota: it lends none of it meanwhile)"
+    listed = ", ".join(names)
+    return f" (queues {listed} have jobs waiting within their quotas: they lend none of them meanwhile)"
