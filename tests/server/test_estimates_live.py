@@ -24,8 +24,6 @@ def test_estimates_survive_a_restart_and_name_their_history(server: Server) -> N
     agent.register()
     try:
         with server.client() as c:
-            chosen = c.put("/v1/policy", json={"name": "estimated"})  # a revision: kept across the restart
-            assert chosen.status_code == 200, chosen.text
             done = submit(c, queue="research", name="train", gpus_per_replica=6)["id"]
             _start(agent, done)
             assert agent.report(done, 1, "exited", 0).status_code == 200
@@ -38,6 +36,8 @@ def test_estimates_survive_a_restart_and_name_their_history(server: Server) -> N
     agent.register()
     try:
         with server.client() as c:
+            chosen = c.put("/v1/policy", json={"name": "estimated"})  # the policy that reads estimates
+            assert chosen.status_code == 200, chosen.text
             running = submit(c, queue="research", name="train", gpus_per_replica=6)["id"]
             _start(agent, running)
             waiting = submit(c, queue="research", name="train", gpus_per_replica=4)["id"]
