@@ -1,7 +1,8 @@
 """How often the scheduler process works: a cycle at most every `MIN_CYCLE_INTERVAL`, and no
 sooner than it took again (`CYCLE_DUTY`, capped at `MAX_CYCLE_PAUSE`), so a flood of rings is
-gathered into one cycle; reasons alone written at most every `REASON_FLUSH` seconds (decisions
-write them at once), so that under a flood of submissions SQLite's one write lock stays the API's."""
+gathered into one cycle; waiting jobs' reasons looked at and written at most every `REASON_FLUSH`
+seconds, after the decisions (which never wait for them), so that under a flood of submissions or
+a long backlog SQLite's one write lock stays the API's and the decisions'."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import time
 MIN_CYCLE_INTERVAL = 0.02
 CYCLE_DUTY = 1.0
 MAX_CYCLE_PAUSE = 0.25
-REASON_FLUSH = 1.0  # seconds between writes of reasons alone (decisions write them at once)
+REASON_FLUSH = 1.0  # seconds between looks at waiting jobs' reasons (server/reasons.py)
 
 
 def next_cycle_after(began: float, took: float) -> float:
@@ -44,10 +45,10 @@ class Pacing:
         """A step's writes count toward the cycle's duty too."""
         self.next_cycle = max(self.next_cycle, next_cycle_after(began, time.monotonic() - began))
 
-    def write_reasons(self, decided: bool) -> bool:
-        """Whether this cycle's reasons are written now: with decisions, or once REASON_FLUSH
-        has passed since the last write; else they wait (`reasons_waiting`)."""
-        self.reasons_waiting = not (decided or time.monotonic() >= self.reasons_due)
+    def write_reasons(self) -> bool:
+        """Whether this cycle's reasons are looked at (and written) now: once REASON_FLUSH has
+        passed since the last look; else they wait (`reasons_waiting`), decisions or not."""
+        self.reasons_waiting = time.monotonic() < self.reasons_due
         return not self.reasons_waiting
 
     def reasons_written(self) -> None:
