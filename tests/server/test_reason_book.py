@@ -91,3 +91,10 @@ def test_a_reason_read_back_after_a_restart_is_refreshed_once() -> None:
     now = protected(T0 + 60)
     assert written(book, state, T0, {"j0": now}) == [now.message]
     assert written(book, state, T0 + 1, {"j0": protected(T0 + 70)}) == []
+
+
+def test_a_stored_time_that_has_passed_is_rewritten_at_once() -> None:
+    state, book = waiting(1), ReasonBook()
+    book.changes(state, cycle(T0, {"j0": protected(T0 + 5)}))
+    later = protected(T0 + 300)  # the protection it named ended; another job's protects now
+    assert written(book, state, T0 + 6, {"j0": later}) == [later.message]

@@ -11,11 +11,12 @@ one at most every `pacing.REASON_FLUSH` seconds, after the cycle's decisions are
 What is written: a reason whose code changes, or whose sentence changes in anything but the
 clock times it names (free GPUs, what holds them, a reservation's owner), at once. A reason
 whose only change is a moving time ("protected by min_runtime until 18:04:22 UTC", "it would
-run until 00:18:55 UTC": the time moves as jobs start and as the clock goes) is rewritten at
-most every `REFRESH` seconds per job, and at most `REFRESH_PER_LOOK` such rewrites per look, so
+run until 00:18:55 UTC": the time moves as jobs start and as the clock goes) is rewritten
+the first time the book looks `REFRESH` seconds or more after its last write (at once when the
+time it stored has passed), and at most `REFRESH_PER_LOOK` such rewrites per look, so
 that a long backlog whose sentences all name moving times is not rewritten every cycle
-(issue 15: 19,000 rows a cycle at 100,000 waiting jobs). docs/cli.md says what this means for
-`corral jobs why`.
+(issue 15: 19,000 rows a cycle at 100,000 waiting jobs). docs/concepts.md ("Why a job waits")
+says what this means for a reader.
 """
 
 from __future__ import annotations
@@ -96,9 +97,10 @@ class ReasonBook:
             if seen is not None:
                 if seen[1] == message and seen[2] == at and seen[0] == code:
                     continue
-                if seen[0] == code and only_times_moved(seen[1], message):
+                current = seen[2] is None or seen[2] >= now  # the stored time has not passed
+                if seen[0] == code and current and only_times_moved(seen[1], message):
                     if seen[3] > stale or refreshes <= 0:
-                        continue  # only a time moved, and it was written less than REFRESH s ago
+                        continue  # written less than REFRESH s ago, or enough rewrites this look
                     refreshes -= 1
             known[job_id] = (code, message, at, now)
             out.append(ReasonChange(job_id, code, message, at, seen is None or seen[0] != code))
