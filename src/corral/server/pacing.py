@@ -18,6 +18,10 @@ MIN_CYCLE_INTERVAL = 0.02
 CYCLE_DUTY = 1.0
 MAX_CYCLE_PAUSE = 0.25
 REASON_FLUSH = 1.0  # seconds between looks at waiting jobs' reasons (server/reasons.py)
+# and no sooner than REASON_DUTY times the last look took: a look at 100,000 waiting jobs takes a
+# fraction of a second (unfolding the cycle's reasons, comparing them), and holds up the next cycle
+REASON_DUTY = 10.0
+REASON_SPACING_MAX = 30.0  # seconds: the longest wait the duty may impose
 
 
 def next_cycle_after(began: float, took: float) -> float:
@@ -51,8 +55,11 @@ class Pacing:
         self.reasons_waiting = time.monotonic() < self.reasons_due
         return not self.reasons_waiting
 
-    def reasons_written(self) -> None:
-        self.reasons_due = time.monotonic() + self.reason_flush
+    def reasons_written(self, took: float) -> None:
+        """A look that took `took` s just ended (`reason_flush` 0: the next step looks again, as
+        tests want)."""
+        spacing = min(took * REASON_DUTY, REASON_SPACING_MAX) if self.reason_flush > 0 else 0.0
+        self.reasons_due = time.monotonic() + max(self.reason_flush, spacing)
 
     def no_cycle(self) -> None:
         self.reasons_waiting = False

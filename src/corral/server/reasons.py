@@ -53,8 +53,9 @@ def only_times_moved(old: str, new: str) -> bool:
 
 class ReasonBook:
     def __init__(self) -> None:
-        # job -> (code, message, at, when written: the cycle's clock) as written
-        self.known: dict[str, tuple[str, str, float | None, float]] = {}
+        # job -> (code, message, at, when written: the cycle's clock, the message without its
+        # clock times: None until needed) as written
+        self.known: dict[str, tuple[str, str, float | None, float, str | None]] = {}
         self.fresh: set[str] = set()  # pending jobs whose reason was never computed
         self.others: tuple[str, str] | None = None
 
@@ -64,7 +65,7 @@ class ReasonBook:
 
     def remember(self, job: str, code: str, message: str, at: float | None) -> None:
         """A reason as read from the database (its age unknown: any change to it is written)."""
-        self.known.setdefault(job, (code, message, at, -math.inf))
+        self.known.setdefault(job, (code, message, at, -math.inf, None))
 
     def changes(self, state: ClusterState, result: CycleResult) -> list[ReasonChange]:
         """Every reason to write after this cycle."""
@@ -89,19 +90,23 @@ class ReasonBook:
         known = self.known
         stale = now - REFRESH
         refreshes = REFRESH_PER_LOOK
+        figures: dict[str, str] = {}  # message -> without its clock times (a few dozen distinct)
         out: list[ReasonChange] = []
         for job_id, reason in pairs:
             message, at = reason.message, reason.at
             code = reason.code.value
             seen = known.get(job_id)
+            if seen is not None and seen[1] == message and seen[2] == at and seen[0] == code:
+                continue
+            if (fig := figures.get(message)) is None:
+                fig = figures[message] = _TIMES.sub("", message)
             if seen is not None:
-                if seen[1] == message and seen[2] == at and seen[0] == code:
-                    continue
+                old = seen[4] if seen[4] is not None else _TIMES.sub("", seen[1])
                 current = seen[2] is None or seen[2] >= now  # the stored time has not passed
-                if seen[0] == code and current and only_times_moved(seen[1], message):
+                if seen[0] == code and current and old == fig:  # only a time moved
                     if seen[3] > stale or refreshes <= 0:
                         continue  # written less than REFRESH s ago, or enough rewrites this look
                     refreshes -= 1
-            known[job_id] = (code, message, at, now)
+            known[job_id] = (code, message, at, now, fig)
             out.append(ReasonChange(job_id, code, message, at, seen is None or seen[0] != code))
         return out

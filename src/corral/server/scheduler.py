@@ -243,11 +243,12 @@ class Scheduler(JournalApplier):
             return  # the state was rebuilt: this cycle's reasons are stale, the next looks at all
         if result is not None and self.pacing.write_reasons():
             # soft state, after the decisions (and their start orders) are committed and rung
+            looked = time.monotonic()
             changes = self.reasons.changes(self.state, result)
-            self.pacing.reasons_written()
             if changes:
                 self._write_reasons(changes, now)
                 self.api_bell.ring()
+            self.pacing.reasons_written(time.monotonic() - looked)
         if result is not None:  # the writes count toward the cycle's duty too
             self.pacing.wrote(began)
 
