@@ -5,7 +5,9 @@ the scheduler saw, and its nodes are still up; "preempt K and L for J" commits o
 and the unique index on live allocations makes a GPU given twice a database error. Never a
 global version check. Each group runs in a SAVEPOINT of the scheduler's one transaction per
 cycle (group commit); a group whose guard fails is dropped and reported, and the scheduler
-rebuilds its memory from the database before the next cycle.
+rebuilds its memory from the database before the next cycle. Waiting jobs' reasons
+(`Batch.reasons`) are written in a later transaction of their own (scheduler.py), never with
+the decisions: a start order is never held back by the reasons of a long backlog.
 
 Starts and endings, the bulk of a busy cycle, are written many at once (`Batch.groups`): one
 savepoint and a few executemany statements for all of them, each guard checked for every item

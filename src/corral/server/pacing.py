@@ -1,7 +1,8 @@
 """How often the scheduler process works: a cycle at most every `MIN_CYCLE_INTERVAL`, and no
 sooner than it took again (`CYCLE_DUTY`, capped at `MAX_CYCLE_PAUSE`), so a flood of rings is
-gathered into one cycle; reasons alone written at most every `REASON_FLUSH` seconds (decisions
-write them at once), so that under a flood of submissions SQLite's one write lock stays the API's."""
+gathered into one cycle; waiting jobs' reasons looked at and written at most every `REASON_FLUSH`
+seconds, after the decisions (which never wait for them), so that under a flood of submissions or
+a long backlog SQLite's one write lock stays the API's and the decisions'."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ import time
 MIN_CYCLE_INTERVAL = 0.02
 CYCLE_DUTY = 1.0
 MAX_CYCLE_PAUSE = 0.25
-REASON_FLUSH = 1.0  # seconds between writes of reasons alone (decisions write them at once)
+REASON_FLUSH = 1.0  # seconds between looks at waiting jobs' reasons (server/reasons.py)
+# and no sooner than REASON_DUTY times the last look took: a look at 100,000 waiting jobs takes a
+# fraction of a second (unfolding the cycle's reasons, comparing them), and holds up the next cycle
+REASON_DUTY = 10.0
+REASON_SPACING_MAX = 30.0  # seconds: the longest wait the duty may impose
 
 
 def next_cycle_after(began: float, took: float) -> float:
@@ -44,14 +49,17 @@ class Pacing:
         """A step's writes count toward the cycle's duty too."""
         self.next_cycle = max(self.next_cycle, next_cycle_after(began, time.monotonic() - began))
 
-    def write_reasons(self, decided: bool) -> bool:
-        """Whether this cycle's reasons are written now: with decisions, or once REASON_FLUSH
-        has passed since the last write; else they wait (`reasons_waiting`)."""
-        self.reasons_waiting = not (decided or time.monotonic() >= self.reasons_due)
+    def write_reasons(self) -> bool:
+        """Whether this cycle's reasons are looked at (and written) now: once REASON_FLUSH has
+        passed since the last look; else they wait (`reasons_waiting`), decisions or not."""
+        self.reasons_waiting = time.monotonic() < self.reasons_due
         return not self.reasons_waiting
 
-    def reasons_written(self) -> None:
-        self.reasons_due = time.monotonic() + self.reason_flush
+    def reasons_written(self, took: float) -> None:
+        """A look that took `took` s just ended (`reason_flush` 0: the next step looks again, as
+        tests want)."""
+        spacing = min(took * REASON_DUTY, REASON_SPACING_MAX) if self.reason_flush > 0 else 0.0
+        self.reasons_due = time.monotonic() + max(self.reason_flush, spacing)
 
     def no_cycle(self) -> None:
         self.reasons_waiting = False

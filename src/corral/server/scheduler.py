@@ -3,7 +3,8 @@
 It keeps the scheduling state in memory (built from the database at start), tails the journal
 (`events`, public and `x.` kinds) for what others wrote (submissions, cancels, holds, agent
 reports, node and configuration changes), runs `corral.core.cycle.schedule` when something
-changed, and commits the cycle's decisions in guarded groups in one transaction. It sleeps on
+changed, and commits the cycle's decisions in guarded groups in one transaction; waiting
+jobs' reasons, soft state, follow in a transaction of their own (server/reasons.py). It sleeps on
 a doorbell (a UDP datagram the API sends after each commit), not on a fixed poll, or until the
 last cycle's `next_wake` (the core's earliest time at which an input of its decisions changes
 by itself: a backoff or a victim's min_runtime ends, a reservation begins) or a restart
@@ -54,7 +55,7 @@ log = logging.getLogger("corral.scheduler")
 
 FAULT_STOP_BEFORE_COMMIT = "CORRAL_FAULT_STOP_BEFORE_COMMIT"
 FALLBACK_WAKE = 2.0  # seconds: re-read the journal even without a ring
-# cycles are paced, and reasons alone written now and then: `pacing.py`
+# cycles are paced, and waiting jobs' reasons looked at now and then: `pacing.py`
 
 
 class Scheduler(JournalApplier):
@@ -96,7 +97,7 @@ class Scheduler(JournalApplier):
 
     @property
     def reason_flush(self) -> float:
-        """Seconds between writes of reasons alone (`pacing.py`)."""
+        """Seconds between looks at waiting jobs' reasons (`pacing.py`)."""
         return self.pacing.reason_flush
 
     @reason_flush.setter
@@ -128,7 +129,7 @@ class Scheduler(JournalApplier):
             for job, row in found.submitted:
                 job.held, job.not_before = bool(row.held), row.not_before
                 if row.reason_code:  # as persisted: a restart does not rewrite every pending job's reason
-                    self.reasons.known.setdefault(job.spec.id, (row.reason_code, row.reason, row.reason_at))
+                    self.reasons.remember(job.spec.id, row.reason_code, row.reason, row.reason_at)
                 if row.not_before > self.clock():
                     heapq.heappush(self.timers, row.not_before)
         state.plan.commit()
@@ -236,29 +237,40 @@ class Scheduler(JournalApplier):
             self.pacing.cycled(began, took)
             metrics.CYCLE_SECONDS.observe(took)
             self.cycles += 1
-        changes: list[ReasonChange] = []
-        decided = endings or (result is not None and _decided(result))
-        if result is not None:
-            if self.pacing.write_reasons(bool(decided)):
-                changes = self.reasons.changes(self.state, result)
-                self.pacing.reasons_written()
-        else:
+        if result is None:
             self.pacing.no_cycle()
-        if not endings and not changes and (result is None or not _decided(result)):
-            return
-        batch = self._commit(endings, result, changes, now)
+        decided = bool(endings) or (result is not None and _decided(result))
+        if decided and not self._commit_decisions(endings, result, now):
+            return  # the state was rebuilt: this cycle's reasons are stale, the next looks at all
+        if result is not None and self.pacing.write_reasons():
+            # soft state, after the decisions (and their start orders) are committed and rung
+            looked = time.monotonic()
+            changes = self.reasons.changes(self.state, result)
+            if changes:
+                self._write_reasons(changes, now)
+                self.api_bell.ring()
+            self.pacing.reasons_written(time.monotonic() - looked)
+        if result is not None:  # the writes count toward the cycle's duty too
+            self.pacing.wrote(began)
+
+    def _commit_decisions(
+        self, endings: list[tuple[str, int, Ending]], result: CycleResult | None, now: float
+    ) -> bool:
+        """Commit the step's endings and decisions in their own transaction and ring the API;
+        False when a group was dropped (the state is then rebuilt from the database)."""
+        batch = self._commit(endings, result, now)
         self.own.update(batch.own_seqs)
-        if self.gates.waiting and (endings or (result is not None and _decided(result))):
+        if self.gates.waiting:
             self.gates.recheck = True  # what just ended or started may let a dependent job in
             self.wake = min(self.wake, now)
+        self.api_bell.ring()
         if batch.dropped:
             log.warning(
                 "dropped %d decision groups (%s); rebuilding state", len(batch.dropped), batch.dropped[0]
             )
             self.reload()
-        self.api_bell.ring()
-        if result is not None:  # the writes count toward the cycle's duty too
-            self.pacing.wrote(began)
+            return False
+        return True
 
     def _open_gates(self, changed: bool) -> bool:
         """Let gated jobs into the core (server/gates.py); True when it let any in or cancelled any."""
@@ -285,9 +297,9 @@ class Scheduler(JournalApplier):
         self,
         endings: list[tuple[str, int, Ending]],
         result: CycleResult | None,
-        changes: list[ReasonChange],
         now: float,
     ) -> Batch:
+        """Endings, rejections, preemptions and starts: one fenced transaction, nothing else."""
         state = self.state
         assert state is not None
         if result is not None and result.starts:
@@ -299,8 +311,14 @@ class Scheduler(JournalApplier):
             batch.groups(batch.ends, ends, lambda e: f"end {e.job}")
             if result is not None:
                 self._decisions(batch, result)
-            batch.reasons(changes)
         return batch
+
+    def _write_reasons(self, changes: list[ReasonChange], now: float) -> None:
+        """Waiting jobs' reasons, in a transaction of their own after the decisions': fenced too
+        (a deposed scheduler writes nothing), guarded per row (only jobs still pending)."""
+        with self.engines.writer.begin() as conn:
+            self.fence(conn)
+            Batch(conn, self.engines.is_sqlite, now).reasons(changes)
 
     def _decisions(self, batch: Batch, result: CycleResult) -> None:
         state = self.state
