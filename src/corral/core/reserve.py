@@ -10,7 +10,7 @@ them unless they end (by their time limit) before every reservation they would t
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from corral.core.model import INFINITY, JobId
@@ -105,18 +105,30 @@ def _release(state: ClusterState, job_id: JobId) -> None:
         state.give_back(node, mask, cpus, memory, exclusive)
 
 
+def _releases(state: ClusterState, job_ids: Iterable[JobId]) -> list[tuple[int, int, int, float, bool]]:
+    """What releasing these attempts in turn gives back: (node, mask, CPUs, memory, exclusive)."""
+    out: list[tuple[int, int, int, float, bool]] = []
+    running = state.running
+    for job_id in job_ids:
+        attempt = running[job_id]
+        spec, exclusive = attempt.spec, attempt.exclusive
+        cpus, memory = spec.cpus_per_replica, spec.memory_gib_per_replica
+        for node, mask in attempt.placement:
+            out.append((node, mask, cpus, memory, exclusive))
+    return out
+
+
 def _fits_inside(
     state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]], nodes: frozenset[int]
 ) -> list[tuple[int, int]] | None:
     """Release (tentatively) the attempts that touch these nodes and place the gang."""
-    base = state.plan.checkpoint()
+    running = state.running
+    touching = [j for _, _, j in ends if any(node in nodes for node, _ in running[j].placement)]
+    released = state.give_back_many(_releases(state, touching))
     try:
-        for _, _, job_id in ends:
-            if any(node in nodes for node, _ in state.running[job_id].placement):
-                _release(state, job_id)
         return _placed_counts(state, req)
     finally:
-        state.plan.rollback(base)
+        state.restore(released)
 
 
 def _search(
@@ -126,42 +138,46 @@ def _search(
     ends: Sequence[tuple[float, int, JobId]],
     first: int,
 ) -> Reservation | None:
-    """Release every attempt in order from the start; galloping then binary search from `first`
-    (before which nothing fits by count)."""
+    """Release the attempts up to `first` (before which nothing fits by count) in one step, then
+    one at a time: galloping, then binary search."""
     base = state.plan.checkpoint()
-    marks: list[int] = []  # marks[i]: plan checkpoint before release i
+    released = state.give_back_many(_releases(state, (j for _, _, j in ends[: first + 1])))
+    marks: list[int] = []  # marks[i]: plan checkpoint before release first + 1 + i
     g = max(1, req.gpus_per_replica)
 
     def fits_after(last: int) -> list[tuple[int, int]] | None:
-        if len(marks) > last + 1:
-            state.plan.rollback(marks[last + 1])
-            del marks[last + 1 :]
-        while len(marks) <= last:
+        beyond = last - first  # releases needed after the first step
+        if len(marks) > beyond:
+            state.plan.rollback(marks[beyond])
+            del marks[beyond:]
+        while len(marks) < beyond:
             marks.append(state.plan.checkpoint())
-            _release(state, ends[len(marks) - 1][2])
+            _release(state, ends[first + len(marks)][2])
         if state.index.capacity(0, req.classes, g)[0] < req.replicas:
             return None
         return _placed_counts(state, req)
 
-    failed, step, probe = first - 1, 1, first
-    while True:
-        found = fits_after(probe)
-        if found is not None or probe == len(ends) - 1:
-            break
-        failed, probe, step = probe, min(probe + step, len(ends) - 1), step * 2
-    if found is None:
+    try:
+        failed, step, probe = first - 1, 1, first
+        while True:
+            found = fits_after(probe)
+            if found is not None or probe == len(ends) - 1:
+                break
+            failed, probe, step = probe, min(probe + step, len(ends) - 1), step * 2
+        if found is None:
+            return None
+        lo, hi = failed, probe  # fails after lo releases (-1: none), fits after hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            result = fits_after(mid)
+            if result is not None:
+                hi, found = mid, result
+            else:
+                lo = mid
+        return Reservation("", max(ends[hi][0], now), tuple(found))
+    finally:
         state.plan.rollback(base)
-        return None
-    lo, hi = failed, probe  # fails after lo releases (-1: none), fits after hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        result = fits_after(mid)
-        if result is not None:
-            hi, found = mid, result
-        else:
-            lo = mid
-    state.plan.rollback(base)
-    return Reservation("", max(ends[hi][0], now), tuple(found))
+        state.restore(released)
 
 
 def _first_possible(
