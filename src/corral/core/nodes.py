@@ -49,6 +49,16 @@ class Caches:
     reclaiming: frozenset[str] = frozenset()
 
 
+@dataclass(frozen=True, slots=True)
+class Released:
+    """What `NodeTable.give_back_many` changed: each node's allocated mask, CPUs, memory, exclusive
+    flag and index counts before, and the base ids before and after."""
+
+    saved: dict[int, tuple[int, int, float, bool, int, int]]
+    before: int
+    after: int
+
+
 class NodeTable:
     """The nodes of a `ClusterState` and their GPUs, changed only through `plan` (or by adapters
     between cycles)."""
@@ -255,6 +265,51 @@ class NodeTable:
             self.exclusive[node] = held
         self._new_id()
         self._refresh(node)
+
+    def give_back_many(self, releases: Sequence[tuple[int, int, int, float, bool]]) -> Released:
+        """Release (node, GPU mask, CPUs, memory, exclusive) in order, outside the plan, moving each
+        node in the index once (its buckets are a function of the final counts alone, so this
+        leaves the state that giving each back in turn leaves); `restore` undoes it. For tentative
+        work that the caller undoes before anything else changes (`reserve`)."""
+        alloc, cpus, memory, exclusive = self.alloc, self.free_cpus, self.free_memory, self.exclusive
+        index_avail, nvl_avail = self.index.avail, self.nvl_index.avail
+        saved: dict[int, tuple[int, int, float, bool, int, int]] = {}
+        for node, mask, c, m, e in releases:
+            if node not in saved:
+                saved[node] = (
+                    alloc[node],
+                    cpus[node],
+                    memory[node],
+                    exclusive[node],
+                    index_avail[node],
+                    nvl_avail[node],
+                )
+            if alloc[node] & mask != mask:
+                raise InvariantError(f"GPU mask {mask:#x} of node {self.specs[node].name} is not allocated")
+            alloc[node] &= ~mask
+            cpus[node] += c
+            memory[node] += m
+            if e:
+                exclusive[node] = False
+        for node in saved:
+            self._refresh(node)
+        before = self.base_id
+        self._new_id()
+        return Released(saved, before, self.base_id)
+
+    def restore(self, released: Released) -> None:
+        """Undo `give_back_many` (after rolling the plan back to where it was then)."""
+        alloc, cpus, memory, exclusive = self.alloc, self.free_cpus, self.free_memory, self.exclusive
+        index, nvl_index = self.index, self.nvl_index
+        for node, (a, c, m, e, avail, nvl) in released.saved.items():
+            alloc[node], cpus[node], memory[node], exclusive[node] = a, c, m, e
+            index.move(node, avail)
+            nvl_index.move(node, nvl)
+        self.node_version += 1
+        if self.base_id == released.after:
+            self.base_id = released.before
+        else:
+            self._new_id()
 
     def set_reserved(self, node: int, count: int) -> None:
         self.plan.record(self._set_reserved_raw, node, self.reserved[node])

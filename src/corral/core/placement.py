@@ -45,14 +45,20 @@ class Miss:
 
 
 def place(
-    state: ClusterState, req: Request, avoid: frozenset[int] = frozenset(), explain: bool = True
+    state: ClusterState,
+    req: Request,
+    avoid: frozenset[int] = frozenset(),
+    explain: bool = True,
+    take: bool = True,
 ) -> list[NodeMask] | Miss:
     """Allocate the gang through the plan and return (node, GPU mask) per replica, or a Miss.
 
-    With `explain` off, a Miss carries no counts (computing them queries every domain).
+    With `explain` off, a Miss carries no counts (computing them queries every domain). With
+    `take` off, nothing is allocated: the answer is the one placing and rolling back gives (the
+    nodes are chosen before any is taken, and each node's GPUs are picked from its own free mask).
     """
     if req.gpus_per_replica == 0 or req.per_node:
-        return _place_scan(state, req, avoid)
+        return _place_scan(state, req, avoid, take)
     index = state.index
     classes = req.classes
     g, total = req.gpus_per_replica, req.gpus
@@ -60,7 +66,7 @@ def place(
     # capacity (a walk over buckets) is needed only when no single NVLink group fits
     node = _nvlink_fit(state, req)
     if node >= 0:
-        return _take(state, req, [(node, req.replicas)])
+        return _take(state, req, [(node, req.replicas)], take)
     root_cap, root_free = index.capacity(0, classes, g)
     n_spans = len(state.topology.span_names)
     if root_cap < req.replicas:
@@ -69,7 +75,7 @@ def place(
         return Miss(0, 0, 0)
     node = index.best_fit(0, classes, total)
     if node >= 0 and node not in avoid:
-        return _take(state, req, [(node, req.replicas)])
+        return _take(state, req, [(node, req.replicas)], take)
     topo = state.topology
     for span in range(2, min(req.max_span, n_spans - 1) + 1):
         depth = topo.depth_of_span(span)
@@ -82,12 +88,12 @@ def place(
             if best is None or key < best:
                 best = key
         if best is not None:
-            placed = _fill(state, req, best[2], avoid)
+            placed = _fill(state, req, best[2], avoid, take)
             if placed is not None:
                 return placed
     if req.max_span < n_spans - 1:
         return Miss(req.max_span, *(_best_in_span(state, req, req.max_span) if explain else (0, 0)))
-    placed = _fill(state, req, 0, avoid)
+    placed = _fill(state, req, 0, avoid, take)
     return placed if placed is not None else Miss(n_spans - 1, root_cap, root_free)
 
 
@@ -136,7 +142,9 @@ def _best_in_span(state: ClusterState, req: Request, span: int) -> tuple[int, in
     )
 
 
-def _fill(state: ClusterState, req: Request, domain: int, avoid: frozenset[int]) -> list[NodeMask] | None:
+def _fill(
+    state: ClusterState, req: Request, domain: int, avoid: frozenset[int], take: bool = True
+) -> list[NodeMask] | None:
     """Fill one domain node by node: the smallest node holding the rest, else the largest node."""
     left = req.replicas
     chosen: list[tuple[int, int]] = []
@@ -154,7 +162,7 @@ def _fill(state: ClusterState, req: Request, domain: int, avoid: frozenset[int])
         chosen.append((node, fit))
         skip.add(node)
         left -= fit
-    return _take(state, req, chosen)
+    return _take(state, req, chosen, take)
 
 
 def _node_fits(state: ClusterState, req: Request, node: int) -> int:
@@ -203,8 +211,11 @@ def _largest(state: ClusterState, req: Request, domain: int, skip: set[int]) -> 
     return best, best_fit
 
 
-def _take(state: ClusterState, req: Request, chosen: list[tuple[int, int]]) -> list[NodeMask]:
-    """Pick GPUs inside each chosen node and allocate them; one entry per replica, rank order."""
+def _take(
+    state: ClusterState, req: Request, chosen: list[tuple[int, int]], take: bool = True
+) -> list[NodeMask]:
+    """Pick GPUs inside each chosen node and allocate them (unless `take` is off); one entry per
+    replica, rank order."""
     result: list[NodeMask] = []
     g = req.gpus_per_replica
     for node, reps in chosen:
@@ -216,7 +227,8 @@ def _take(state: ClusterState, req: Request, chosen: list[tuple[int, int]]) -> l
             mask = pick_gpus(free, groups, g)
             free &= ~mask
             result.append((node, mask))
-            state.take(node, mask, req.cpus, req.memory, req.per_node)
+            if take:
+                state.take(node, mask, req.cpus, req.memory, req.per_node)
     return result
 
 
@@ -252,7 +264,9 @@ def _lowest_bits(bits: int, count: int) -> int:
     return mask
 
 
-def _place_scan(state: ClusterState, req: Request, avoid: frozenset[int]) -> list[NodeMask] | Miss:
+def _place_scan(
+    state: ClusterState, req: Request, avoid: frozenset[int], take: bool = True
+) -> list[NodeMask] | Miss:
     """Node-exclusive (per_node) and GPU-less gangs: scan schedulable idle nodes, domain first."""
     topo = state.topology
     g = req.gpus_per_replica
@@ -278,7 +292,7 @@ def _place_scan(state: ClusterState, req: Request, avoid: frozenset[int]) -> lis
                 best = nodes
         if best is not None:
             best.sort(key=lambda n: state.index.avail[n])
-            return _take(state, req, [(n, 1) for n in best[: req.replicas]])
+            return _take(state, req, [(n, 1) for n in best[: req.replicas]], take)
     return Miss(req.max_span, most, most * g)
 
 

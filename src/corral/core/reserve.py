@@ -10,12 +10,12 @@ them unless they end (by their time limit) before every reservation they would t
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from heapq import merge
 
 from corral.core.estimates import Estimate
-from corral.core.model import INFINITY, JobId
+from corral.core.model import INFINITY, JobId, NodeState
 from corral.core.placement import Request, place
 from corral.core.state import ClusterState
 
@@ -87,25 +87,24 @@ def _earliest_fit(
         return None
     last = len(state.topology.span_names) - 1
     if req.gpus_per_replica == 0:
-        return _search(state, req, now, ends, 0)
-    if req.max_span >= last:  # anywhere: nothing fits before the cluster has GPUs enough by count
-        first, _ = _first_possible(state, req, ends)
-        return None if first is None else _search(state, req, now, ends, first)
-    first, where = _first_possible(state, req, ends)
+        return _search(state, req, now, ends, 0, _releases(state, [ends[0][2]]))
+    first, where, releases = _first_possible(state, req, ends)
     if first is None:
         return None  # even once every attempt with an end has ended, no domain has GPUs enough
+    if releases is None:
+        releases = _releases(state, [j for _, _, j in ends[: first + 1]])
+    if req.max_span >= last:  # anywhere: nothing fits before the cluster has GPUs enough by count
+        return _search(state, req, now, ends, first, releases)
     if where is not None:
         found = _fits_inside(state, req, ends[: first + 1], where)
         if found is not None:
             return Reservation("", max(ends[first][0], now), tuple(found))
-    return _search(state, req, now, ends, first)
+    return _search(state, req, now, ends, first, releases)
 
 
 def _placed_counts(state: ClusterState, req: Request) -> list[tuple[int, int]] | None:
-    """(node, GPUs) of where the gang places now, tentatively (rolled back); None if nowhere."""
-    inner = state.plan.checkpoint()
-    placed = place(state, req, explain=False)
-    state.plan.rollback(inner)
+    """(node, GPUs) of where the gang places now (nothing taken); None if nowhere."""
+    placed = place(state, req, explain=False, take=False)
     if not isinstance(placed, list):
         return None
     counts: dict[int, int] = {}
@@ -122,18 +121,30 @@ def _release(state: ClusterState, job_id: JobId) -> None:
         state.give_back(node, mask, cpus, memory, exclusive)
 
 
+def _releases(state: ClusterState, job_ids: Iterable[JobId]) -> list[tuple[int, int, int, float, bool]]:
+    """What releasing these attempts in turn gives back: (node, mask, CPUs, memory, exclusive)."""
+    out: list[tuple[int, int, int, float, bool]] = []
+    running = state.running
+    for job_id in job_ids:
+        attempt = running[job_id]
+        spec, exclusive = attempt.spec, attempt.exclusive
+        cpus, memory = spec.cpus_per_replica, spec.memory_gib_per_replica
+        for node, mask in attempt.placement:
+            out.append((node, mask, cpus, memory, exclusive))
+    return out
+
+
 def _fits_inside(
     state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]], nodes: frozenset[int]
 ) -> list[tuple[int, int]] | None:
     """Release (tentatively) the attempts that touch these nodes and place the gang."""
-    base = state.plan.checkpoint()
+    running = state.running
+    touching = [j for _, _, j in ends if any(node in nodes for node, _ in running[j].placement)]
+    released = state.give_back_many(_releases(state, touching))
     try:
-        for _, _, job_id in ends:
-            if any(node in nodes for node, _ in state.running[job_id].placement):
-                _release(state, job_id)
         return _placed_counts(state, req)
     finally:
-        state.plan.rollback(base)
+        state.restore(released)
 
 
 def _search(
@@ -142,79 +153,93 @@ def _search(
     now: float,
     ends: Sequence[tuple[float, int, JobId]],
     first: int,
+    releases: Sequence[tuple[int, int, int, float, bool]],
 ) -> Reservation | None:
-    """Release every attempt in order from the start; galloping then binary search from `first`
-    (before which nothing fits by count)."""
+    """Release the attempts up to `first` (before which nothing fits by count: `releases`, what
+    they give back) in one step, then one at a time: galloping, then binary search."""
     base = state.plan.checkpoint()
-    marks: list[int] = []  # marks[i]: plan checkpoint before release i
+    released = state.give_back_many(releases)
+    marks: list[int] = []  # marks[i]: plan checkpoint before release first + 1 + i
     g = max(1, req.gpus_per_replica)
 
     def fits_after(last: int) -> list[tuple[int, int]] | None:
-        if len(marks) > last + 1:
-            state.plan.rollback(marks[last + 1])
-            del marks[last + 1 :]
-        while len(marks) <= last:
+        beyond = last - first  # releases needed after the first step
+        if len(marks) > beyond:
+            state.plan.rollback(marks[beyond])
+            del marks[beyond:]
+        while len(marks) < beyond:
             marks.append(state.plan.checkpoint())
-            _release(state, ends[len(marks) - 1][2])
+            _release(state, ends[first + len(marks)][2])
         if state.index.capacity(0, req.classes, g)[0] < req.replicas:
             return None
         return _placed_counts(state, req)
 
-    failed, step, probe = first - 1, 1, first
-    while True:
-        found = fits_after(probe)
-        if found is not None or probe == len(ends) - 1:
-            break
-        failed, probe, step = probe, min(probe + step, len(ends) - 1), step * 2
-    if found is None:
+    try:
+        failed, step, probe = first - 1, 1, first
+        while True:
+            found = fits_after(probe)
+            if found is not None or probe == len(ends) - 1:
+                break
+            failed, probe, step = probe, min(probe + step, len(ends) - 1), step * 2
+        if found is None:
+            return None
+        lo, hi = failed, probe  # fails after lo releases (-1: none), fits after hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            result = fits_after(mid)
+            if result is not None:
+                hi, found = mid, result
+            else:
+                lo = mid
+        return Reservation("", max(ends[hi][0], now), tuple(found))
+    finally:
         state.plan.rollback(base)
-        return None
-    lo, hi = failed, probe  # fails after lo releases (-1: none), fits after hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        result = fits_after(mid)
-        if result is not None:
-            hi, found = mid, result
-        else:
-            lo = mid
-    state.plan.rollback(base)
-    return Reservation("", max(ends[hi][0], now), tuple(found))
+        state.restore(released)
 
 
 def _first_possible(
     state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]]
-) -> tuple[int | None, frozenset[int] | None]:
+) -> tuple[int | None, frozenset[int] | None, list[tuple[int, int, int, float, bool]] | None]:
     """The first release after which some domain the gang may use has GPUs enough for it, by
-    count (an upper bound of what placement finds: NVLink groups, CPUs and memory aside), and the
+    count (an upper bound of what placement finds: NVLink groups, CPUs and memory aside), the
     nodes of the domains that reached it then (None: the whole cluster, or already before any
-    release); (None, None) when none ever does. Counts nodes' available GPUs as the index does,
-    without the plan."""
+    release), and what the releases up to it give back (`_releases`; None when nothing was
+    released); (None, None, None) when no domain ever does. Counts nodes' available GPUs as the
+    index does (`NodeTable.available`, inlined), without the plan."""
     topo, index = state.topology, state.index
     g, classes = req.gpus_per_replica, req.classes
     allowed = set(classes)
     last = len(topo.span_names) - 1
     depth = -1 if req.max_span <= 1 else (topo.depth_of_span(req.max_span) if req.max_span < last else 0)
-    # (earliest_fit calls this only below the cluster; depth 0 is kept correct all the same)
     if depth < 0:
         if index.best_fit(0, classes, req.gpus) >= 0:
-            return 0, None  # a node has GPUs enough already (placement failed for another reason)
+            return 0, None, None  # a node has GPUs enough already (placement failed otherwise)
     elif any(index.capacity(dom, classes, g)[0] >= req.replicas for dom in topo.by_depth[depth]):
-        return 0, None  # the same for a domain
+        return 0, None, None  # the same for a domain
     counts: dict[int, int] = {}  # domain at `depth` -> replicas its nodes hold, once touched
     alloc: dict[int, int] = {}  # node -> allocated mask after the releases so far, once touched
     avail: dict[int, int] = {}  # node -> its available GPUs then
     freed_exclusive: set[int] = set()
+    releases: list[tuple[int, int, int, float, bool]] = []
+    running, node_class, up = state.running, state.node_class, NodeState.UP
+    node_state, healthy, held, reserved = state.node_state, state.healthy, state.held, state.reserved
     for i, (_, _, job_id) in enumerate(ends):
-        attempt = state.running[job_id]
+        attempt = running[job_id]
+        spec, exclusive = attempt.spec, attempt.exclusive
+        cpus, memory = spec.cpus_per_replica, spec.memory_gib_per_replica
         reached: list[int] = []
         for node, mask in attempt.placement:
-            if state.node_class[node] not in allowed:
+            releases.append((node, mask, cpus, memory, exclusive))
+            if node_class[node] not in allowed:
                 continue
             left = alloc.get(node, state.alloc[node]) & ~mask
             alloc[node] = left
-            if attempt.exclusive:
+            if exclusive:
                 freed_exclusive.add(node)
-            new = state.available(node, left, state.exclusive[node] and node not in freed_exclusive)
+            if node_state[node] is not up or (state.exclusive[node] and node not in freed_exclusive):
+                new = 0
+            else:
+                new = max(0, (healthy[node] & ~left & ~held[node]).bit_count() - reserved[node])
             old = avail.get(node, index.avail[node])
             avail[node] = new
             if depth < 0:
@@ -231,11 +256,11 @@ def _first_possible(
                 reached.append(dom)
         if reached:
             if depth == 0:
-                return i, None
+                return i, None, releases
             if depth < 0:
-                return i, frozenset(reached)
-            return i, frozenset(n for dom in reached for n in topo.domains[dom].nodes)
-    return None, None
+                return i, frozenset(reached), releases
+            return i, frozenset(n for dom in reached for n in topo.domains[dom].nodes), releases
+    return None, None, None
 
 
 def hold(state: ClusterState, reservation: Reservation) -> None:
