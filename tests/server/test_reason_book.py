@@ -98,3 +98,14 @@ def test_a_stored_time_that_has_passed_is_rewritten_at_once() -> None:
     book.changes(state, cycle(T0, {"j0": protected(T0 + 5)}))
     later = protected(T0 + 300)  # the protection it named ended; another job's protects now
     assert written(book, state, T0 + 6, {"j0": later}) == [later.message]
+
+
+def test_a_requeued_job_gets_its_reason_written_again_even_if_unchanged() -> None:
+    """A start clears a job's stored reason (server/commit.py); when the job is requeued and waits
+    for the same reason as before it started, the reason is written again, not taken as known."""
+    state, book = waiting(1), ReasonBook()
+    book.fresh.add("j0")
+    assert written(book, state, T0, {"j0": capacity(0)}) == [capacity(0).message]
+    assert written(book, state, T0 + 1, {"j0": capacity(0)}) == []  # unchanged: nothing to write
+    book.fresh.add("j0")  # it started (its row's reason cleared) and was requeued
+    assert written(book, state, T0 + 100, {"j0": capacity(0)}) == [capacity(0).message]

@@ -70,6 +70,8 @@ class ReasonBook:
     def changes(self, state: ClusterState, result: CycleResult) -> list[ReasonChange]:
         """Every reason to write after this cycle."""
         known = self.known
+        for job_id in self.fresh:  # new, requeued or released: its stored reason is "" (a start
+            known.pop(job_id, None)  # clears it), whatever the book remembers from before
         if len(known) > 2 * len(state.jobs) + 1000:
             for job_id in [j for j in known if j not in state.jobs]:
                 del known[job_id]
