@@ -40,6 +40,7 @@ class EndingFleet(Fleet):
         self.names: dict[tuple[str, int], str] = {}
         self.where: dict[tuple[str, int], Node] = {}
         self.ended: list[dict[str, Any]] = []  # every job this fleet ended, when
+        self.ender_error: str | None = None
 
     def _handle(self, node: Node, orders: list[StartOrder | StopOrder | TerminalOrder]) -> None:
         now = time.time()
@@ -52,8 +53,16 @@ class EndingFleet(Fleet):
         super()._handle(node, orders)
 
     async def ender(self, path: Path) -> None:
-        """Wait for `path`, then end what it asks for at its rate."""
-        while not path.exists():
+        """Wait for `path`, then end what it asks for at its rate. An error is kept in
+        `self.ender_error` (a spawned task's exception would otherwise go unseen)."""
+        try:
+            await self._end(path)
+        except Exception as exc:  # kept for the stats; the benchmark raises it
+            self.ender_error = f"{type(exc).__name__}: {exc}"
+            raise
+
+    async def _end(self, path: Path) -> None:
+        while not path.exists():  # the benchmark renames the plan into place: never half written
             await asyncio.sleep(0.2)
         plan = json.loads(path.read_text())
         rng = random.Random(plan.get("seed", 0))
@@ -63,7 +72,9 @@ class EndingFleet(Fleet):
         for _ in range(count):
             live = [k for k, n in self.where.items() if self.names[k].startswith(prefix) and n.jobs.get(k)]
             if not live:
-                break
+                raise RuntimeError(f"asked to end {count} jobs named {prefix}*, {len(self.ended)} ended, "
+                                   f"none is left running on this fleet ({self.counts.get('starts', 0)} "
+                                   "start orders received)")  # fmt: skip
             key = rng.choice(live)
             node = self.where[key]
             timer = node.jobs[key]
@@ -73,6 +84,13 @@ class EndingFleet(Fleet):
             self._exit(node, key, 0, None)
             due += 1.0 / rate
             await asyncio.sleep(max(0.0, due - loop.time()))
+
+
+def write_whole(path: Path, data: Any) -> None:
+    """Write `data` as JSON to `path` whole: a reader that sees the path sees all of it."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(data))
+    part.replace(path)
 
 
 def inventories(cluster: str) -> list[dict[str, Any]]:
@@ -94,7 +112,7 @@ async def play(args: argparse.Namespace, token: str) -> dict[str, Any]:
     gc.freeze()
     loop = asyncio.get_running_loop()
     ready = Path(args.ready_file)
-    loop.call_later(fleet.poll_spread + 0.5, ready.write_text, json.dumps({"joined_s": joined}))
+    loop.call_later(fleet.poll_spread + 0.5, write_whole, ready, {"joined_s": joined})
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, fleet.stop)
     ender = fleet.spawn(fleet.ender(Path(args.ends_file)))
@@ -102,7 +120,7 @@ async def play(args: argparse.Namespace, token: str) -> dict[str, Any]:
     ender.cancel()
     return {
         "summary": fleet.summary(), "joined_s": joined, "samples": fleet.recorder.dump(),
-        "started": fleet.started, "ended": fleet.ended,
+        "started": fleet.started, "ended": fleet.ended, "ender_error": fleet.ender_error,
     }  # fmt: skip
 
 
@@ -115,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     token = Path(args.token_file).read_text().strip()
     out = asyncio.run(play(args, token))
-    Path(args.stats_out).write_text(json.dumps(out))
+    write_whole(Path(args.stats_out), out)
     print(json.dumps(out["summary"]), file=sys.stderr)
     return 0
 

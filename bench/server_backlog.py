@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.backlog_fleet import write_whole
 from bench.backlog_journal import journal, next_starts
 
 BENCH = Path(__file__).resolve().parent
@@ -219,7 +220,12 @@ def stop_fleet(fleet: subprocess.Popen[bytes], tmp: Path) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             fleet.kill()
     stats = tmp / "fleet.json"
-    return json.loads(stats.read_text()) if stats.exists() else {}
+    if not stats.exists():
+        raise RuntimeError(f"the fleet left no stats: {(tmp / 'fleet.log').read_text()[-3000:]}")
+    out: dict[str, Any] = json.loads(stats.read_text())
+    if out.get("ender_error"):
+        raise RuntimeError(f"the fleet could not end jobs: {out['ender_error']}")
+    return out
 
 
 def until(probe: Probe, done: Any, timeout: float, what: str) -> dict[str, Any]:
@@ -278,7 +284,7 @@ def windows(probe: Probe, tmp: Path, size: dict[str, Any], settle_s: float, prof
     plan = {"prefix": "fill-", "rate": size["rate"], "count": size["ends"]}
     if profile:
         os.kill(probe.scheduler, signal.SIGUSR1)  # bench/profile_hook: cProfile from here
-    (tmp / "fleet.ends").write_text(json.dumps(plan))
+    write_whole(tmp / "fleet.ends", plan)
     probe.wait(size["ends"] / size["rate"] + size["drain"])  # the endings, then time for their starts
     c = probe.read()
     if profile:
