@@ -17,7 +17,7 @@ from corral.core import reasons as why_text
 from corral.core.decisions import CycleResult, Reason, Reject, Reserve, Start, Why
 from corral.core.estimated_holds import ESTIMATES_KEPT, confident, estimated_hold
 from corral.core.fairshare import advance_usage, note_reclaiming
-from corral.core.jobs import PendingJob, shape_of
+from corral.core.jobs import PartOf, PendingJob, shape_of
 from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
 from corral.core.placement import Miss, NodeMask, Request, place, sure_miss
 from corral.core.plugins import Profile
@@ -263,6 +263,12 @@ class _Cycle:
         """`Victims.family_part` (0 when the victims plugin reads only the family)."""
         victims = self.profile.victims
         return 0 if victims is None or victims.groups_by_family else victims.family_part(job)
+
+    def part_source(self) -> tuple[object, PartOf]:
+        """The victims plugin and its `family_part` (read only when it reads more than families)."""
+        victims = self.profile.victims
+        assert victims is not None
+        return victims, victims.family_part
 
     def backfill_end(self) -> float | None:
         """The latest reservation start S such that lifting every reservation that starts at S or

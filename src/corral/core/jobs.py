@@ -6,6 +6,8 @@ never changes.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from corral.core.estimates import Estimate, Keys
@@ -199,6 +201,76 @@ class RunningAttempt:
         return gpus * (max(0.0, now - max(self.start, self.last_checkpoint)) + self.job.spec.checkpoint_grace)
 
 
+Key = tuple[object, ...]
+PartOf = Callable[[PendingJob], int]
+
+
+class FamilyParts:
+    """A queue's pending jobs per family and part (`Victims.family_part`, an int that a job keeps
+    while it waits), each part's order keys sorted: where a family's parts change, found by
+    bisection (`stop`) instead of visiting its jobs. Kept up to date as jobs enter and leave;
+    a family is split when first asked about, and everything is dropped when the part function
+    or the order changes (`use`, `clear`)."""
+
+    __slots__ = ("families", "owner", "part_of")
+
+    def __init__(self) -> None:
+        self.owner: object = None  # what `part_of` belongs to (compared by identity)
+        self.part_of: PartOf | None = None
+        self.families: dict[int, dict[int, list[Key]]] = {}  # family -> part -> sorted keys
+
+    def use(self, owner: object, part_of: PartOf) -> None:
+        """Split by `part_of` (of `owner`): forget every split made by another."""
+        if owner is not self.owner:
+            self.owner, self.part_of, self.families = owner, part_of, {}
+
+    def clear(self) -> None:
+        """The order keys changed: split again when asked."""
+        self.families = {}
+
+    def add(self, job: PendingJob) -> None:
+        parts = self.families.get(job.family)
+        if parts is not None and self.part_of is not None:
+            insort(parts.setdefault(self.part_of(job), []), job.key)
+
+    def remove(self, job: PendingJob) -> None:
+        parts = self.families.get(job.family)
+        if parts is None or self.part_of is None:
+            return
+        value = self.part_of(job)
+        keys = parts[value]
+        del keys[bisect_left(keys, job.key)]
+        if not keys:
+            del parts[value]
+            if not parts:
+                del self.families[job.family]
+
+    def of(self, family: int, keys: list[Key], jobs: Mapping[JobId, PendingJob]) -> dict[int, list[Key]]:
+        """The family's keys (`keys`, sorted: its whole order) per part."""
+        parts = self.families.get(family)
+        if parts is None:
+            assert self.part_of is not None
+            parts = self.families[family] = {}
+            part_of = self.part_of
+            for key in keys:  # in order: each part's list comes out sorted
+                parts.setdefault(part_of(jobs[key[-1]]), []).append(key)  # type: ignore[index]
+        return parts
+
+    def stop(
+        self, family: int, keys: list[Key], jobs: Mapping[JobId, PendingJob], pos: int, part: int
+    ) -> int:
+        """The index in `keys` of the first job from `pos` on whose part is not `part`."""
+        if pos >= len(keys):
+            return pos
+        at, best = keys[pos], len(keys)
+        for value, mine in self.of(family, keys, jobs).items():
+            if value != part:
+                i = bisect_left(mine, at)
+                if i < len(mine):
+                    best = min(best, bisect_left(keys, mine[i], pos))
+        return best
+
+
 @dataclass(slots=True, eq=False)
 class QueueState:
     """A queue's spec, its current allocation and its pending jobs (sorted by the order key)."""
@@ -217,11 +289,26 @@ class QueueState:
     # the same per `PendingJob.family` (jobs that differ at most by their time limits)
     by_family: dict[int, list[tuple[object, ...]]] = field(default_factory=dict)
     flagged: set[PendingJob] = field(default_factory=set)  # see `PendingJob`
+    parts: FamilyParts = field(default_factory=FamilyParts)  # its families' jobs by part
 
     @property
     def effective_gpus(self) -> int:
         """GPUs counted for quotas and reclaim: allocated, minus leaving, plus nominated."""
         return self.alloc_gpus - self.leaving_gpus + self.incoming_gpus
+
+    def enter(self, job: PendingJob) -> None:
+        """Put a pending job (its `key` set) into the per-verdict and per-family orders."""
+        insort(self.by_verdict.setdefault(job.verdict_key, []), job.key)
+        insort(self.by_family.setdefault(job.family, []), job.key)
+        self.parts.add(job)
+
+    def leave_family(self, job: PendingJob) -> None:
+        """Take a job out of the per-family order (the per-verdict order is its caller's)."""
+        keys = self.by_family[job.family]
+        del keys[bisect_left(keys, job.key)]
+        if not keys:
+            del self.by_family[job.family]
+        self.parts.remove(job)
 
 
 NO_END = INFINITY

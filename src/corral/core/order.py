@@ -14,7 +14,7 @@ from typing import Protocol
 
 from corral.core import repeats
 from corral.core.decisions import CycleResult, Reason, Reasons, Why
-from corral.core.jobs import PendingJob, QueueState
+from corral.core.jobs import PartOf, PendingJob, QueueState
 from corral.core.model import QueueName
 from corral.core.plugins import Profile
 from corral.core.repeats import Epoch, Key, Verdict, Verdicts
@@ -44,6 +44,8 @@ class Looker(Protocol):
     def backfill_end(self) -> float | None: ...
 
     def family_part(self, job: PendingJob) -> int: ...
+
+    def part_source(self) -> tuple[object, PartOf]: ...
 
 
 def run(cycle: Looker) -> None:

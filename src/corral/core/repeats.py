@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from corral.core.decisions import Reason, Reasons
-from corral.core.jobs import PendingJob, QueueState
+from corral.core.jobs import PartOf, PendingJob, QueueState
 from corral.core.model import JobId
 from corral.core.reasons import PerLimit
 from corral.core.state import ClusterState
@@ -91,14 +91,18 @@ class Judge(Protocol):
         """What its answer depends on beyond its family (`Verdict.part`)."""
         ...
 
+    def part_source(self) -> tuple[object, PartOf]:
+        """Who says a job's part (compared by identity), and how (`jobs.FamilyParts.use`)."""
+        ...
+
 
 class Family:
     __slots__ = (
         "base",
+        "family",
         "flags",
         "index",
         "keys",
-        "parts",
         "pos",
         "preemptible",
         "queue",
@@ -109,8 +113,9 @@ class Family:
         "verdict",
     )
 
-    def __init__(self, index: int, keys: list[Key], queue: QueueState) -> None:
+    def __init__(self, index: int, keys: list[Key], queue: QueueState, family: int = -1) -> None:
         self.index = index
+        self.family = family  # its id (`PendingJob.family`)
         self.keys = keys  # the family's order keys (its queue's list: unchanged during a cycle)
         self.queue = queue
         self.pos = 0  # its first job not yet passed or handed out
@@ -121,9 +126,6 @@ class Family:
         self.runs: list[tuple[Key, Key, Reason | PerLimit]] = []
         self.scan_pos = 0  # the jobs from `pos` to here cannot backfill by `scan_end`
         self.scan_end = -1.0
-        # where its jobs' parts change (first index of each stretch) and each stretch's part,
-        # computed once in a cycle when first needed (a job's part does not change in a cycle)
-        self.parts: tuple[list[int], list[int]] | None = None
         self.base: tuple[object, ...] | None = None  # (shape, queue, class) of its jobs
         self.preemptible = True  # ... and their preemptibility (both set by `Walk._twins`)
 
@@ -139,7 +141,7 @@ class Walk:
         by_id: dict[int, Family] = {}
         for queue in queues:
             for family, keys in queue.by_family.items():
-                by_id[family] = fam = Family(len(self.families), keys, queue)
+                by_id[family] = fam = Family(len(self.families), keys, queue, family)
                 self.families.append(fam)
         for queue in queues:
             if queue.flagged:
@@ -320,24 +322,11 @@ class Walk:
         return best
 
     def _part_stop(self, fam: Family, part: int) -> int:
-        """The first job from `fam.pos` on whose part is not `part`."""
-        if fam.parts is None:
-            starts: list[int] = []
-            values: list[int] = []
-            jobs, judge = self.jobs, self.judge
-            for i, key in enumerate(fam.keys):
-                value = judge.family_part(jobs[key[-1]])  # type: ignore[index]
-                if not values or values[-1] != value:
-                    starts.append(i)
-                    values.append(value)
-            fam.parts = (starts, values)
-        starts, values = fam.parts
-        if fam.pos >= len(fam.keys):
-            return fam.pos
-        s = bisect_right(starts, fam.pos) - 1
-        if values[s] != part:
-            return fam.pos
-        return starts[s + 1] if s + 1 < len(starts) else len(fam.keys)
+        """The first job from `fam.pos` on whose part is not `part` (the queue's `FamilyParts`,
+        kept across cycles)."""
+        parts = fam.queue.parts
+        parts.use(*self.judge.part_source())
+        return parts.stop(fam.family, fam.keys, self.jobs, fam.pos, part)
 
     def _scan(self, fam: Family, end: float) -> int:
         """The first job from `fam.pos` on that may backfill by `end`: a time limit that ends by

@@ -170,8 +170,7 @@ class ClusterState(NodeTable):
             shape = (job.shape, spec.queue, spec.priority, spec.time_limit)
             job.verdict_key = self.intern((shape, spec.preemptible))
             job.family = self.intern((job.shape, spec.queue, spec.priority, spec.preemptible, "family"))
-        insort(queue.by_verdict.setdefault(job.verdict_key, []), job.key)
-        insort(queue.by_family.setdefault(job.family, []), job.key)
+        queue.enter(job)
         job.join(queue.flagged)
         self.jobs[spec.id] = job
 
@@ -184,10 +183,7 @@ class ClusterState(NodeTable):
         del keys[i]
         if not keys:
             del queue.by_verdict[job.verdict_key]
-        keys = queue.by_family[job.family]
-        del keys[bisect_left(keys, job.key)]
-        if not keys:
-            del queue.by_family[job.family]
+        queue.leave_family(job)
         job.leave()
 
     def order_key(self, job: PendingJob) -> tuple[object, ...]:
@@ -221,6 +217,7 @@ class ClusterState(NodeTable):
         """Recompute every pending job's order key (after the order policy changed)."""
         for queue in self.queues.values():
             queue.by_verdict, queue.by_family = {}, {}
+            queue.parts.clear()
             for job in queue.pending.values():
                 job.key = self.order_key(job)
                 queue.by_verdict.setdefault(job.verdict_key, []).append(job.key)
