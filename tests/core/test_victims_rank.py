@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from corral.core.cycle import schedule
 from corral.core.model import JobId, JobSpec, QueueName
 from corral.core.plugins import Victims
-from corral.core.preempt import SameQueue
+from corral.core.same_queue import SameQueue
 from corral.policies.registry import load_policy
 from corral.policies.victims import AttainedService, AttainedServiceArgs, PriorityReclaim, PriorityReclaimArgs
 from tests.core.test_properties import PRIORITIES, _fields, clusters, jobs

@@ -21,11 +21,11 @@ from corral.core.jobs import PartOf, PendingJob, shape_of
 from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
 from corral.core.placement import Miss, NodeMask, Request, place, sure_miss
 from corral.core.plugins import Profile
-from corral.core.preempt import SameQueue
 from corral.core.preemption import Preemption
 from corral.core.rejections import never_fits
 from corral.core.repeats import ADMISSION, CAPACITY, Epoch, Verdict
 from corral.core.request import request_for
+from corral.core.same_queue import SameQueue
 from corral.core.state import ClusterState
 
 

@@ -6,7 +6,7 @@ interface per extension point, outcomes as values).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -59,6 +59,13 @@ class VictimFilter(Protocol):
 
     def family_part(self, preemptor: PendingJob) -> int:
         """What `group_eligible` reads of the preemptor beyond its family, as an int."""
+        ...
+
+    def preemptor_key(self, preemptor: PendingJob) -> Hashable | None:
+        """Everything the plugin (`eligible`, `group_eligible`, `rank`, `permit`) reads of the
+        preemptor, as one value: preemptors with equal keys and one placement request find the
+        same victims in one state, so a cycle searches once for them while nothing changes
+        (`preemption.Preemption`). None: no such value (every search runs)."""
         ...
 
     def eligible(

@@ -17,12 +17,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import Enum
 
 from corral.core.jobs import PendingJob, RunningAttempt
-from corral.core.model import QueueName
 from corral.core.occupancy import Group
 from corral.core.placement import NodeMask, Request, place
 from corral.core.plugins import VictimFilter, Victims
@@ -47,11 +46,20 @@ class Selection:
     victims: list[RunningAttempt]
 
 
+# (preemptor key, groups) -> (queues' use version, candidates ranked): one cycle's rankings
+Ranked = dict[Hashable, tuple[int, list[RunningAttempt]]]
+
+
 def select_victims(
-    state: ClusterState, plugin: Victims, job: PendingJob, req: Request, now: float
+    state: ClusterState,
+    plugin: Victims,
+    job: PendingJob,
+    req: Request,
+    now: float,
+    memo: Ranked | None = None,
 ) -> Selection | Miss | None:
     """Choose victims for `job`; None when no eligible set frees one placement, NO_CANDIDATES when
-    no running attempt can be a victim at all."""
+    no running attempt can be a victim at all. `memo`: the cycle's rankings (`ranked_candidates`)."""
     ok = eligible_groups(state, plugin, job, now)
     if not ok:
         return NO_CANDIDATES  # `group_eligible` is an upper bound: no attempt of any group qualifies
@@ -59,7 +67,7 @@ def select_victims(
         fast = _by_aggregates(state, plugin, job, req, now, ok)
         if fast is not _RETRY:
             return fast
-    return _full_scan(state, plugin, job, req, now, ok)
+    return _full_scan(state, plugin, job, req, now, ok, memo)
 
 
 def eligible_groups(state: ClusterState, plugin: VictimFilter, job: PendingJob, now: float) -> set[Group]:
@@ -69,15 +77,34 @@ def eligible_groups(state: ClusterState, plugin: VictimFilter, job: PendingJob, 
 
 
 def ranked_candidates(
-    state: ClusterState, plugin: Victims, job: PendingJob, now: float, ok: set[Group] | None = None
+    state: ClusterState,
+    plugin: Victims,
+    job: PendingJob,
+    now: float,
+    ok: set[Group] | None = None,
+    memo: Ranked | None = None,
 ) -> list[RunningAttempt]:
     """Every candidate of the groups in `ok` (None: the eligible groups) that the plugin allows as
-    a victim of `job`, in its victim order (not one started at `now`)."""
-    members = state.occupancy.members
+    a victim of `job`, in its victim order (not one started at `now`). With `memo` (one cycle's,
+    at one `now`), computed once per preemptor key and groups while no queue's counted GPUs
+    change (what the plugin reads of the attempts and queues changes only with them then: a
+    start, a preemption, a nomination). The list is shared: callers do not change it."""
     if ok is None:
         ok = eligible_groups(state, plugin, job, now)
-    attempts = [a for key in ok for a in members[key].values() if a.start < now]
-    return plugin.rank(job, attempts, state, now) if attempts else []
+    key: Hashable | None = None
+    if memo is not None:
+        pkey = plugin.preemptor_key(job)
+        if pkey is not None:
+            key = (pkey, frozenset(ok))
+            found = memo.get(key)
+            if found is not None and found[0] == state.use_version:
+                return found[1]
+    members = state.occupancy.members
+    attempts = [a for group in ok for a in members[group].values() if a.start < now]
+    ranked = plugin.rank(job, attempts, state, now) if attempts else []
+    if memo is not None and key is not None:
+        memo[key] = (state.use_version, ranked)
+    return ranked
 
 
 _RETRY = Miss.RETRY
@@ -170,6 +197,7 @@ def _full_scan(
     req: Request,
     now: float,
     ok: set[Group] | None = None,
+    memo: Ranked | None = None,
 ) -> Selection | Miss | None:
     """The exact path: every attempt of an eligible group is checked and ranked by the plugin.
 
@@ -178,7 +206,7 @@ def _full_scan(
     attempt that could be a victim.
     """
     candidates = ranked_candidates(
-        state, plugin, job, now, set(state.occupancy.members) if ok is None else ok
+        state, plugin, job, now, set(state.occupancy.members) if ok is None else ok, memo
     )
     if not candidates:
         return NO_CANDIDATES
@@ -333,47 +361,3 @@ def _confirm(
         used[node] = -1 if req.per_node else used.get(node, 0) | mask
     kept = [a for a in victims if any(used.get(n, 0) & m for n, m in a.placement)]
     return Selection(placed, kept)
-
-
-class SameQueue:
-    """A `Victims` plugin narrowed to the preemptor's own queue (priority preemption only).
-
-    Used when the plugin's `permit` refuses a set that mixes queues: the job may still preempt
-    lower classes of its own queue.
-    """
-
-    def __init__(self, inner: Victims) -> None:
-        self.inner = inner
-        self.bounds_by_group = inner.bounds_by_group
-        self.groups_by_family = inner.groups_by_family
-
-    def family_part(self, preemptor: PendingJob) -> int:
-        return self.inner.family_part(preemptor)
-
-    def eligible(
-        self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
-    ) -> bool:
-        return victim.spec.queue == preemptor.spec.queue and self.inner.eligible(
-            preemptor, victim, state, now
-        )
-
-    def group_eligible(
-        self, preemptor: PendingJob, queue: QueueName, priority: int, state: ClusterState, now: float
-    ) -> bool:
-        return queue == preemptor.spec.queue and self.inner.group_eligible(
-            preemptor, queue, priority, state, now
-        )
-
-    def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
-        return self.inner.order_key(victim, state, now)
-
-    def rank(
-        self, preemptor: PendingJob, attempts: Iterable[RunningAttempt], state: ClusterState, now: float
-    ) -> list[RunningAttempt]:
-        mine = preemptor.spec.queue
-        return self.inner.rank(preemptor, [a for a in attempts if a.spec.queue == mine], state, now)
-
-    def permit(
-        self, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState, now: float
-    ) -> bool:
-        return self.inner.permit(preemptor, victims, state, now)

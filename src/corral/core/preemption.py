@@ -10,6 +10,7 @@ say. `may_search_later` tells, without counting, whether a job of a class could 
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Protocol
 
 from corral.core import reasons as why_text
@@ -19,7 +20,8 @@ from corral.core.model import Placement, QueueName
 from corral.core.occupancy import Group
 from corral.core.placement import NodeMask, Request
 from corral.core.plugins import Profile, Victims
-from corral.core.preempt import NO_CANDIDATES, SameQueue, Selection, ranked_candidates, select_victims
+from corral.core.preempt import NO_CANDIDATES, Miss, Ranked, Selection, ranked_candidates, select_victims
+from corral.core.same_queue import SameQueue
 from corral.core.state import ClusterState
 
 
@@ -41,6 +43,8 @@ class Host(Protocol):
 
     def placement_of(self, placed: list[NodeMask]) -> Placement: ...
 
+    def epoch(self) -> tuple[int, int, bool]: ...
+
 
 class Preemption:
     """One cycle's preemption phase and its memory (the cycle passes itself to each call, so
@@ -56,6 +60,11 @@ class Preemption:
         self.tries = 0
         self.deferred = False  # a job skipped preemption because of the per-cycle caps
         self.protection: dict[Group, float] | None = None  # per group, when its first protection ends
+        self.ranked: Ranked = {}  # the cycle's rankings of candidates (`preempt.ranked_candidates`)
+        # (preemptor key, family, nodes avoided) -> (the cycle's epoch, no candidates at all): a
+        # search that found nothing, answered again while the epoch holds (no start, preemption,
+        # nomination or reservation since: the search reads only the state and those)
+        self.fruitless: dict[Hashable, tuple[tuple[int, int, bool], bool]] = {}
 
     def may_search(self, host: Host, none_up_to: dict[QueueName, dict[int, int]], job: PendingJob) -> bool:
         """Whether to search victims for the job: not when its queue was found to have none for
@@ -79,23 +88,42 @@ class Preemption:
         """
         victims_plugin = host.profile.victims
         assert victims_plugin is not None
-        state = host.state
         if not self.may_search(host, self.no_victims, job):
             return None
-        selection = select_victims(state, victims_plugin, job, req, host.now)
+        pkey = victims_plugin.preemptor_key(job)
+        # the job's family fixes its placement request (its shape) and its queue and class
+        memo = None if pkey is None else (pkey, job.family, job.avoid_nodes)
+        if memo is not None:
+            found = self.fruitless.get(memo)
+            if found is not None and found[0] == host.epoch():
+                if found[1]:
+                    _none_up_to(self.no_victims, job)
+                return None
+        outcome = self._search(host, victims_plugin, job, req)
+        if outcome is None or outcome is NO_CANDIDATES:
+            if memo is not None:
+                self.fruitless[memo] = (host.epoch(), outcome is NO_CANDIDATES)
+            return None
+        assert isinstance(outcome, bool)
+        return outcome
+
+    def _search(self, host: Host, plugin: Victims, job: PendingJob, req: Request) -> bool | Miss | None:
+        """`preempt`'s search: NO_CANDIDATES or None when it found nothing (changing nothing)."""
+        state = host.state
+        selection = select_victims(state, plugin, job, req, host.now, self.ranked)
         if selection is NO_CANDIDATES:
             _none_up_to(self.no_victims, job)
-            return None
-        refused = isinstance(selection, Selection) and not victims_plugin.permit(
+            return NO_CANDIDATES
+        refused = isinstance(selection, Selection) and not plugin.permit(
             job, selection.victims, state, host.now
         )
         if (
             refused
         ):  # the set mixes queues in a way reclaim forbids: its own queue's lower classes may still do
-            selection = select_victims(state, SameQueue(victims_plugin), job, req, host.now)
+            selection = select_victims(state, SameQueue(plugin), job, req, host.now, self.ranked)
         if not isinstance(selection, Selection) or not selection.victims:
             return None
-        if not victims_plugin.permit(job, selection.victims, state, host.now):
+        if not plugin.permit(job, selection.victims, state, host.now):
             return None
         return self._nominate(host, job, selection.placement, selection.victims, "to free its GPUs")
 
@@ -111,11 +139,11 @@ class Preemption:
         if not self.may_search(host, self.no_budget_victims, job):
             return None
         narrowed = SameQueue(victims_plugin)
-        ranked = ranked_candidates(state, narrowed, job, now)
+        ranked = ranked_candidates(state, narrowed, job, now, memo=self.ranked)
         if not ranked:
             _none_up_to(self.no_budget_victims, job)
             return None
-        selection = select_victims(state, narrowed, job, host.request(job), now)
+        selection = select_victims(state, narrowed, job, host.request(job), now, self.ranked)
         if not isinstance(selection, Selection):
             return None  # even its queue's lower classes do not free a placement for it
         victims = list(selection.victims)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -52,6 +52,11 @@ class PriorityReclaim:
 
     def family_part(self, preemptor: PendingJob) -> int:
         return 0
+
+    def preemptor_key(self, preemptor: PendingJob) -> Hashable | None:
+        """Its queue, class and GPUs (what `eligible`, `group_eligible` and `permit` read)."""
+        spec = preemptor.spec
+        return (spec.queue, spec.priority, spec.gpus)
 
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
@@ -140,6 +145,10 @@ class AttainedService:
     def family_part(self, preemptor: PendingJob) -> int:
         """`group_eligible` reads whether the preemptor is below the top attained-service level."""
         return int(self._level(preemptor.attained) < len(self.args.thresholds))
+
+    def preemptor_key(self, preemptor: PendingJob) -> Hashable | None:
+        """Its attained-service level (all that `eligible`, `group_eligible` and `rank` read)."""
+        return self._level(preemptor.attained)
 
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
