@@ -21,6 +21,7 @@ from corral.core.model import JobId, QueueName
 Group = tuple[QueueName, int]  # (queue, priority value)
 
 _NONE, _WAITING, _COUNTED = 0, 1, 2  # RunningAttempt.candidate
+COUNTED = _COUNTED  # a candidate now (in `members`)
 _EARLY = 1e-6  # seconds: settle this much early, so float rounding never settles late
 
 

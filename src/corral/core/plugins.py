@@ -56,6 +56,9 @@ class VictimFilter(Protocol):
 
     bounds_by_group: bool
     groups_by_family: bool
+    # whether `eligible` and `rank` read only the attempt, the time and the preemptor's key (not
+    # the queues' counts): then in one cycle a ranking stays right for the attempts still candidates
+    ranks_by_attempt: bool
 
     def family_part(self, preemptor: PendingJob) -> int:
         """What `group_eligible` reads of the preemptor beyond its family, as an int."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from corral.core.jobs import PendingJob, RunningAttempt
-from corral.core.occupancy import Group
+from corral.core.occupancy import COUNTED, Group
 from corral.core.placement import NodeMask, Request, place
 from corral.core.plugins import VictimFilter, Victims
 from corral.core.state import ClusterState
@@ -88,7 +88,9 @@ def ranked_candidates(
     a victim of `job`, in its victim order (not one started at `now`). With `memo` (one cycle's,
     at one `now`), computed once per preemptor key and groups while no queue's counted GPUs
     change (what the plugin reads of the attempts and queues changes only with them then: a
-    start, a preemption, a nomination). The list is shared: callers do not change it."""
+    start, a preemption, a nomination); after such a change, for a plugin that `ranks_by_attempt`,
+    the ranking less the attempts that stopped being candidates (in a cycle, attempts only leave
+    the candidates: a new one started at `now`). The list is shared: callers do not change it."""
     if ok is None:
         ok = eligible_groups(state, plugin, job, now)
     key: Hashable | None = None
@@ -97,8 +99,13 @@ def ranked_candidates(
         if pkey is not None:
             key = (pkey, frozenset(ok))
             found = memo.get(key)
-            if found is not None and found[0] == state.use_version:
-                return found[1]
+            if found is not None:
+                if found[0] == state.use_version:
+                    return found[1]
+                if plugin.ranks_by_attempt:  # the same order, less the attempts no longer candidates
+                    kept = [a for a in found[1] if a.candidate == COUNTED]
+                    memo[key] = (state.use_version, kept)
+                    return kept
     members = state.occupancy.members
     attempts = [a for group in ok for a in members[group].values() if a.start < now]
     ranked = plugin.rank(job, attempts, state, now) if attempts else []

@@ -60,6 +60,7 @@ class Preemption:
         self.tries = 0
         self.deferred = False  # a job skipped preemption because of the per-cycle caps
         self.protection: dict[Group, float] | None = None  # per group, when its first protection ends
+        self.until: dict[Hashable, tuple[int, float | None]] = {}  # see `_until`
         self.ranked: Ranked = {}  # the cycle's rankings of candidates (`preempt.ranked_candidates`)
         # (preemptor key, family, nodes avoided) -> (the cycle's epoch, no candidates at all): a
         # search that found nothing, answered again while the epoch holds (no start, preemption,
@@ -250,12 +251,22 @@ class Preemption:
         return why_text.with_protection(why, until, host.now)
 
     def _until(self, host: Host, job: PendingJob, plugin: Victims) -> float | None:
+        """When the first protection of the groups the plugin allows the job ends (remembered per
+        preemptor key while no queue's counted GPUs change: `group_eligible` reads no more)."""
         assert self.protection is not None
         state, now = host.state, host.now
-        return min(
+        pkey = plugin.preemptor_key(job)
+        if pkey is not None:
+            found = self.until.get(pkey)
+            if found is not None and found[0] == state.use_version:
+                return found[1]
+        until = min(
             (t for (q, p), t in self.protection.items() if plugin.group_eligible(job, q, p, state, now)),
             default=None,
         )
+        if pkey is not None:
+            self.until[pkey] = (state.use_version, until)
+        return until
 
     def may_search_later(
         self, host: Host, none_up_to: dict[QueueName, dict[int, int]], job: PendingJob

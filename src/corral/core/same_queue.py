@@ -22,6 +22,7 @@ class SameQueue:
         self.inner = inner
         self.bounds_by_group = inner.bounds_by_group
         self.groups_by_family = inner.groups_by_family
+        self.ranks_by_attempt = inner.ranks_by_attempt
 
     def family_part(self, preemptor: PendingJob) -> int:
         return self.inner.family_part(preemptor)

@@ -49,6 +49,7 @@ class PriorityReclaim:
     args: PriorityReclaimArgs = PriorityReclaimArgs()
     bounds_by_group = True
     groups_by_family = True  # its queue, class and GPUs
+    ranks_by_attempt = False  # reclaim and the order read the queues' counts
 
     def family_part(self, preemptor: PendingJob) -> int:
         return 0
@@ -138,6 +139,7 @@ class AttainedService:
     args: AttainedServiceArgs = AttainedServiceArgs()
     bounds_by_group = False  # attained service is per attempt
     groups_by_family = False  # the preemptor's attained service
+    ranks_by_attempt = True  # levels, run times and lost work: the attempt and the time alone
 
     def _level(self, attained: float) -> int:
         return bisect_right(self.args.thresholds, attained)
