@@ -24,6 +24,8 @@ from corral.core.preempt import NO_CANDIDATES, Miss, Ranked, Selection, ranked_c
 from corral.core.same_queue import SameQueue
 from corral.core.state import ClusterState
 
+REMEMBER = True  # False: every search, ranking and protection end computed anew (tests compare)
+
 
 class Host(Protocol):
     """The cycle, as its preemption phase sees it."""
@@ -93,7 +95,7 @@ class Preemption:
             return None
         pkey = victims_plugin.preemptor_key(job)
         # the job's family fixes its placement request (its shape) and its queue and class
-        memo = None if pkey is None else (pkey, job.family, job.avoid_nodes)
+        memo = None if pkey is None or not REMEMBER else (pkey, job.family, job.avoid_nodes)
         if memo is not None:
             found = self.fruitless.get(memo)
             if found is not None and found[0] == host.epoch():
@@ -111,7 +113,7 @@ class Preemption:
     def _search(self, host: Host, plugin: Victims, job: PendingJob, req: Request) -> bool | Miss | None:
         """`preempt`'s search: NO_CANDIDATES or None when it found nothing (changing nothing)."""
         state = host.state
-        selection = select_victims(state, plugin, job, req, host.now, self.ranked)
+        selection = select_victims(state, plugin, job, req, host.now, self._ranked())
         if selection is NO_CANDIDATES:
             _none_up_to(self.no_victims, job)
             return NO_CANDIDATES
@@ -121,7 +123,7 @@ class Preemption:
         if (
             refused
         ):  # the set mixes queues in a way reclaim forbids: its own queue's lower classes may still do
-            selection = select_victims(state, SameQueue(plugin), job, req, host.now, self.ranked)
+            selection = select_victims(state, SameQueue(plugin), job, req, host.now, self._ranked())
         if not isinstance(selection, Selection) or not selection.victims:
             return None
         if not plugin.permit(job, selection.victims, state, host.now):
@@ -140,11 +142,11 @@ class Preemption:
         if not self.may_search(host, self.no_budget_victims, job):
             return None
         narrowed = SameQueue(victims_plugin)
-        ranked = ranked_candidates(state, narrowed, job, now, memo=self.ranked)
+        ranked = ranked_candidates(state, narrowed, job, now, memo=self._ranked())
         if not ranked:
             _none_up_to(self.no_budget_victims, job)
             return None
-        selection = select_victims(state, narrowed, job, host.request(job), now, self.ranked)
+        selection = select_victims(state, narrowed, job, host.request(job), now, self._ranked())
         if not isinstance(selection, Selection):
             return None  # even its queue's lower classes do not free a placement for it
         victims = list(selection.victims)
@@ -171,6 +173,9 @@ class Preemption:
             return all(admit.admit(job, queue, host.state) is None for admit in host.profile.admits)
         finally:
             queue.leaving_gpus -= freed
+
+    def _ranked(self) -> Ranked | None:
+        return self.ranked if REMEMBER else None
 
     def _nominate(
         self, host: Host, job: PendingJob, placed: list[NodeMask], victims: list[RunningAttempt], why: str
@@ -255,7 +260,7 @@ class Preemption:
         preemptor key while no queue's counted GPUs change: `group_eligible` reads no more)."""
         assert self.protection is not None
         state, now = host.state, host.now
-        pkey = plugin.preemptor_key(job)
+        pkey = plugin.preemptor_key(job) if REMEMBER else None
         if pkey is not None:
             found = self.until.get(pkey)
             if found is not None and found[0] == state.use_version:
