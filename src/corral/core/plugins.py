@@ -138,3 +138,12 @@ class Profile:
             return True
         reads = getattr(self.job_order, "reads_estimates", None)
         return reads is not None and bool(reads())
+
+    @property
+    def promote_after(self) -> float | None:
+        """Seconds of waiting after which its order promotes a job (`core/aging.py`): what the
+        order's method `promote_after()` returns, if it has one (e.g. `tiresias`' `starve`);
+        None: it promotes nobody."""
+        method = getattr(self.job_order, "promote_after", None)
+        after = None if method is None else method()
+        return None if after is None else float(after)

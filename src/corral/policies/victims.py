@@ -13,7 +13,7 @@ from corral.core.model import QueueName
 from corral.core.state import ClusterState
 
 
-def _protected(victim: RunningAttempt, state: ClusterState, now: float) -> bool:
+def protected(victim: RunningAttempt, state: ClusterState, now: float) -> bool:
     """Never a non-preemptible job, one already stopping, or one inside its minimum run time
     (`ClusterState.min_runtime`: doubled for every earlier attempt of the job)."""
     if not victim.spec.preemptible or victim.preempting_deadline is not None:
@@ -56,7 +56,7 @@ class PriorityReclaim:
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
     ) -> bool:
-        if _protected(victim, state, now):
+        if protected(victim, state, now):
             return False
         mine, theirs = preemptor.spec, victim.spec
         if theirs.queue == mine.queue:
@@ -144,7 +144,7 @@ class AttainedService:
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
     ) -> bool:
-        if _protected(victim, state, now):
+        if protected(victim, state, now):
             return False
         served = victim.job.attained + victim.spec.gpus * (now - victim.start)
         return self._level(served) > self._level(preemptor.attained)
@@ -179,7 +179,7 @@ class AttainedService:
             served = job.attained + gpus * (now - start)
             if served < floor:
                 continue  # level <= mine
-            # _protected, inline: never non-preemptible, stopping, or inside its minimum run time
+            # protected, inline: never non-preemptible, stopping, or inside its minimum run time
             if not spec.preemptible or a.preempting_deadline is not None:
                 continue
             if now - start < runtime_of.get(spec.priority, 0.0) * (1 << min(a.attempt - 1, 6)):
