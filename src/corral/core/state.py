@@ -9,8 +9,8 @@ tentative change can be rolled back. Nothing here reads a clock: times are param
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from heapq import heappush
 from collections.abc import Callable, Iterable, Sequence
+from heapq import heappush
 from typing import TYPE_CHECKING
 
 from corral.core.errors import InvariantError

@@ -15,12 +15,23 @@ Gu et al., "Tiresias: A GPU Cluster Manager for Distributed Deep Learning", NSDI
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from corral.core.jobs import PendingJob, RunningAttempt
 from corral.core.model import QueueName
 from corral.core.state import ClusterState
-from corral.policies.victims import PriorityReclaim, PriorityReclaimArgs, protected
+from corral.policies.victims import (
+    PriorityReclaimArgs,
+    protected,
+    reclaim_eligible,
+    reclaim_group_eligible,
+    reclaim_order_key,
+    reclaim_permit,
+)
+
+_first = itemgetter(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +55,7 @@ class TiresiasArgs(PriorityReclaimArgs):
 
 
 @dataclass(frozen=True, slots=True)
-class Tiresias(PriorityReclaim):
+class Tiresias:
     """The order inside a queue and the victims (one plugin for both: one set of arguments).
 
     As victims it is `priority_reclaim` (same victim order, same reclaim rule across queues)
@@ -78,7 +89,7 @@ class Tiresias(PriorityReclaim):
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
     ) -> bool:
-        if PriorityReclaim.eligible(self, preemptor, victim, state, now):
+        if reclaim_eligible(self.args, preemptor, victim, state, now):
             return True
         mine, theirs = preemptor.spec, victim.spec
         if theirs.queue != mine.queue or theirs.priority != mine.priority or protected(victim, state, now):
@@ -93,8 +104,26 @@ class Tiresias(PriorityReclaim):
     ) -> bool:
         mine = preemptor.spec
         if queue != mine.queue or priority != mine.priority:
-            return PriorityReclaim.group_eligible(self, preemptor, queue, priority, state, now)
+            return reclaim_group_eligible(self.args, preemptor, queue, priority, state)
         return self._worse_fresh(preemptor, (queue, priority), state, now)
+
+    def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
+        return reclaim_order_key(victim, state, now)
+
+    def rank(
+        self, preemptor: PendingJob, attempts: Iterable[RunningAttempt], state: ClusterState, now: float
+    ) -> list[RunningAttempt]:
+        keyed = [
+            (reclaim_order_key(a, state, now), a) for a in attempts if self.eligible(preemptor, a, state, now)
+        ]
+        keyed.sort(key=_first)
+        return [a for _, a in keyed]
+
+    def permit(
+        self, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState, now: float
+    ) -> bool:
+        """`priority_reclaim`'s: the reclaim rule on what each other queue gives up together."""
+        return reclaim_permit(self.args, preemptor, victims, state)
 
     def _worse_fresh(
         self, preemptor: PendingJob, group: tuple[QueueName, int], state: ClusterState, now: float
