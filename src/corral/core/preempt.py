@@ -23,6 +23,7 @@ from enum import Enum
 
 from corral.core.jobs import PendingJob, RunningAttempt
 from corral.core.model import QueueName
+from corral.core.narrow import Narrowed, narrowed, per_node
 from corral.core.occupancy import Group
 from corral.core.placement import NodeMask, Request, place
 from corral.core.plugins import VictimFilter, Victims
@@ -55,11 +56,12 @@ def select_victims(
     ok = eligible_groups(state, plugin, job, now)
     if not ok:
         return NO_CANDIDATES  # `group_eligible` is an upper bound: no attempt of any group qualifies
+    few = narrowed(state, plugin, job, now, ok)  # groups the plugin reads only some attempts of
     if plugin.bounds_by_group:
-        fast = _by_aggregates(state, plugin, job, req, now, ok)
+        fast = _by_aggregates(state, plugin, job, req, now, ok, few)
         if fast is not _RETRY:
             return fast
-    return _full_scan(state, plugin, job, req, now, ok)
+    return _full_scan(state, plugin, job, req, now, ok, few)
 
 
 def eligible_groups(state: ClusterState, plugin: VictimFilter, job: PendingJob, now: float) -> set[Group]:
@@ -69,14 +71,22 @@ def eligible_groups(state: ClusterState, plugin: VictimFilter, job: PendingJob, 
 
 
 def ranked_candidates(
-    state: ClusterState, plugin: Victims, job: PendingJob, now: float, ok: set[Group] | None = None
+    state: ClusterState,
+    plugin: Victims,
+    job: PendingJob,
+    now: float,
+    ok: set[Group] | None = None,
+    few: Narrowed | None = None,
 ) -> list[RunningAttempt]:
     """Every candidate of the groups in `ok` (None: the eligible groups) that the plugin allows as
-    a victim of `job`, in its victim order (not one started at `now`)."""
+    a victim of `job`, in its victim order (not one started at `now`); of a group in `few` (None:
+    the plugin's `narrowed` groups), only its attempts there."""
     members = state.occupancy.members
     if ok is None:
         ok = eligible_groups(state, plugin, job, now)
-    attempts = [a for key in ok for a in members[key].values() if a.start < now]
+    if few is None:
+        few = narrowed(state, plugin, job, now, ok)
+    attempts = [a for key in ok for a in (few[key] if key in few else members[key].values()) if a.start < now]
     return plugin.rank(job, attempts, state, now) if attempts else []
 
 
@@ -84,7 +94,13 @@ _RETRY = Miss.RETRY
 
 
 def _by_aggregates(
-    state: ClusterState, plugin: Victims, job: PendingJob, req: Request, now: float, ok: set[Group]
+    state: ClusterState,
+    plugin: Victims,
+    job: PendingJob,
+    req: Request,
+    now: float,
+    ok: set[Group],
+    few: Narrowed,
 ) -> Selection | Miss | None:
     totals = state.occupancy.totals
     if not any(key in totals for key in ok):
@@ -94,7 +110,16 @@ def _by_aggregates(
     avail = state.index.avail
     node_class = state.node_class
     potential: dict[int, int] = {}
-    for node, groups in enumerate(state.occupancy.groups):
+    node_groups = state.occupancy.groups
+    if few:  # the narrowed groups count their few attempts, not the group's aggregates
+        node_groups = list(node_groups)
+        extra = per_node(few)
+        for node, groups in enumerate(node_groups):
+            if node in extra or any(key in groups for key in few):
+                mine = {key: entry for key, entry in groups.items() if key not in few}
+                mine.update(extra.get(node, {}))
+                node_groups[node] = mine
+    for node, groups in enumerate(node_groups):
         have = avail[node]
         for key, entry in groups.items():
             if key in ok:
@@ -109,9 +134,7 @@ def _by_aggregates(
         if have >= gpus and not (whole and state.alloc[node]):
             return _FREE
         worst, lost = -(1 << 62), 0.0
-        for (queue, priority), (count, since) in sorted(
-            state.occupancy.groups[node].items(), key=lambda kv: kv[0][1]
-        ):
+        for (queue, priority), (count, since) in sorted(node_groups[node].items(), key=lambda kv: kv[0][1]):
             if have >= gpus and not whole:
                 break
             if (queue, priority) in ok:
@@ -170,15 +193,17 @@ def _full_scan(
     req: Request,
     now: float,
     ok: set[Group] | None = None,
+    few: Narrowed | None = None,
 ) -> Selection | Miss | None:
-    """The exact path: every attempt of an eligible group is checked and ranked by the plugin.
+    """The exact path: every attempt of an eligible group (of a narrowed group, its attempts in
+    `few`) is checked and ranked by the plugin.
 
     Only preemptible attempts that are not stopping are in groups, and `eligible` implies
     `group_eligible` (the groups in `ok`; None: every group), so this examines every running
     attempt that could be a victim.
     """
     candidates = ranked_candidates(
-        state, plugin, job, now, set(state.occupancy.members) if ok is None else ok
+        state, plugin, job, now, set(state.occupancy.members) if ok is None else ok, few
     )
     if not candidates:
         return NO_CANDIDATES

@@ -125,6 +125,34 @@ class Tiresias:
         """`priority_reclaim`'s: the reclaim rule on what each other queue gives up together."""
         return reclaim_permit(self.args, preemptor, victims, state)
 
+    def narrow(
+        self, preemptor: PendingJob, group: tuple[QueueName, int], state: ClusterState, now: float
+    ) -> list[RunningAttempt] | None:
+        """Of its own queue and class, only the candidates it may take by level (`core/narrow.py`):
+        read from the newest checkpoints back to `now - max_lost`; other groups whole (None)."""
+        mine = preemptor.spec
+        if group != (mine.queue, mine.priority):
+            return None
+        thresholds = self.args.thresholds
+        level = self.job_level(preemptor)
+        if level >= len(thresholds):
+            return []
+        floor = thresholds[level]
+        occupancy = state.occupancy
+        members = occupancy.members.get(group)
+        if members is None:
+            return []
+        entries = occupancy.fresh(group)
+        cutoff = now - self.args.max_lost
+        found: list[RunningAttempt] = []
+        i = len(entries) - 1
+        while i >= 0 and entries[i][0] >= cutoff:
+            a = members[entries[i][1]]
+            if a.start < now and a.job.attained + a.spec.gpus * (now - a.start) >= floor:
+                found.append(a)
+            i -= 1
+        return found
+
     def _worse_fresh(
         self, preemptor: PendingJob, group: tuple[QueueName, int], state: ClusterState, now: float
     ) -> bool:
