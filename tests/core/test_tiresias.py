@@ -156,3 +156,22 @@ def test_only_fresh_candidates_are_read_for_level_preemption() -> None:
     assert [(t, i) for t, i in state.occupancy.fresh(group)] == [(1.0, "r1"), (3.0, "r3"), (9.0, "r0")]  # type: ignore[arg-type]
     assert state.running[JobId("r1")].job.spec.queue == "default"
     assert NodeName("n00") in state.node_ids
+
+
+def test_victim_selection_reads_only_the_narrowed_attempts_of_the_own_group() -> None:
+    """`narrow`: of its own queue and class, only the candidates in a worse level that checkpointed
+    within `max_lost`; other groups whole (None); `default` has no such method."""
+    profile = tiresias(thresholds=[1500.0])
+    state = state_of(nodes(1, 8), [])
+    occupy(state, "stale", "n00", range(4), priority="high", now=0.0)  # level 1, 1,000 s to lose
+    occupy(state, "fresh", "n00", range(4, 6), priority="high", now=0.0)  # level 1, checkpointed
+    occupy(state, "young", "n00", [6], priority="high", now=900.0)  # level 0
+    occupy(state, "lower", "n00", [7], priority="normal", now=0.0)  # another class
+    state.record_checkpoint(JobId("fresh"), 950.0)
+    preemptor = submit(state, "new", gpus=8, priority="high", submit=900.0)
+    state.occupancy.settle(1000.0)
+    plugin = profile.victims
+    narrow = getattr(plugin, "narrow")  # noqa: B009
+    assert [a.spec.id for a in narrow(preemptor, ("default", 1000), state, 1000.0)] == ["fresh"]
+    assert narrow(preemptor, ("default", 100), state, 1000.0) is None
+    assert not hasattr(load_policy("default").victims, "narrow")
