@@ -53,3 +53,18 @@ def per_node(groups: Narrowed) -> dict[int, dict[Group, list[float]]]:
                 entry[0] += gpus
                 entry[1] += gpus * since
     return out
+
+
+def overlay(groups: list[dict[Group, list[float]]], few: Narrowed) -> list[dict[Group, list[float]]]:
+    """`Occupancy.groups` (per node, per group [GPUs, GPUs x since]) with each narrowed group
+    counting only its attempts in `few` (the same list when nothing is narrowed)."""
+    if not few:
+        return groups
+    out = list(groups)
+    extra = per_node(few)
+    for node, at in enumerate(out):
+        if node in extra or any(key in at for key in few):
+            mine = {key: entry for key, entry in at.items() if key not in few}
+            mine.update(extra.get(node, {}))
+            out[node] = mine
+    return out

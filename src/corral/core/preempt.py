@@ -23,7 +23,7 @@ from enum import Enum
 
 from corral.core.jobs import PendingJob, RunningAttempt
 from corral.core.model import QueueName
-from corral.core.narrow import Narrowed, narrowed, per_node
+from corral.core.narrow import Narrowed, narrowed, overlay
 from corral.core.occupancy import Group
 from corral.core.placement import NodeMask, Request, place
 from corral.core.plugins import VictimFilter, Victims
@@ -110,15 +110,7 @@ def _by_aggregates(
     avail = state.index.avail
     node_class = state.node_class
     potential: dict[int, int] = {}
-    node_groups = state.occupancy.groups
-    if few:  # the narrowed groups count their few attempts, not the group's aggregates
-        node_groups = list(node_groups)
-        extra = per_node(few)
-        for node, groups in enumerate(node_groups):
-            if node in extra or any(key in groups for key in few):
-                mine = {key: entry for key, entry in groups.items() if key not in few}
-                mine.update(extra.get(node, {}))
-                node_groups[node] = mine
+    node_groups = overlay(state.occupancy.groups, few)  # narrowed groups: their few attempts
     for node, groups in enumerate(node_groups):
         have = avail[node]
         for key, entry in groups.items():
