@@ -86,6 +86,9 @@ CASES: dict[str, Case] = {
     # the estimator (issue 16; not on a main without the `estimated` policy)
     "philly_quarter_estimated": _philly_shared(0.25, "estimated"),
     "overload128_estimated_1000": _overload(128, 1000, "estimated"),
+    # Tiresias inside a queue (issue 16, fifth pass; not on a main without the `tiresias` policy)
+    "philly_quarter_tiresias": _philly_shared(0.25, "tiresias"),
+    "overload128_tiresias_1000": _overload(128, 1000, "tiresias"),
 }
 QUICK = ["philly_las_1024", "philly_half_sjf", "overload64_default_2000"]
 

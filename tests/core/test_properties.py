@@ -145,7 +145,7 @@ def check_reservations_hold(state: ClusterState, result: CycleResult) -> None:
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), policy=st.sampled_from(["default", "default", "fifo", "las"]))
+@given(data=st.data(), policy=st.sampled_from(["default", "default", "fifo", "las", "tiresias"]))
 def test_invariants_hold_over_random_histories(data: st.DataObject, policy: str) -> None:
     state = data.draw(clusters())
     profile = load_policy(policy)

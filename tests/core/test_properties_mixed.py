@@ -138,7 +138,7 @@ def check_quotas(state: ClusterState, quotas: bool) -> None:
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), policy=st.sampled_from(["default", "default", "fifo", "las"]))
+@given(data=st.data(), policy=st.sampled_from(["default", "default", "fifo", "las", "tiresias"]))
 def test_invariants_hold_over_mixed_histories(data: st.DataObject, policy: str) -> None:
     mixed_history(data, policy, exclusive=policy != "las")
 

@@ -51,6 +51,8 @@ def play(seed: int, policy: str, limits: int = 0) -> list[tuple[Any, ...]]:
     ]
     state = ClusterState.build(("leaf",), nodes, queues)
     profile = load_policy(policy)
+    if policy == "tiresias":  # levels that the services below cross, promotions, checkpoints
+        profile = load_policy(policy, {"tiresias": {"thresholds": [3600.0, 36000.0], "starve": 1200.0}})
     shapes = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (3, 8)]
     outcome: list[tuple[Any, ...]] = []
     now, seq = 0.0, 0
@@ -80,6 +82,8 @@ def play(seed: int, policy: str, limits: int = 0) -> list[tuple[Any, ...]]:
         now += rng.choice([1.0, 300.0, 900.0])
         for job_id in list(state.running):
             attempt = state.running[job_id]
+            if policy == "tiresias" and rng.random() < 0.3:
+                state.record_checkpoint(job_id, now - rng.choice([0.0, 100.0]))
             if attempt.preempting_deadline is not None and attempt.preempting_deadline <= now:
                 state.end(job_id, requeue=True, now=now)
             elif rng.random() < 0.3 or attempt.limit_end <= now:
@@ -102,7 +106,7 @@ def summary(result: CycleResult) -> tuple[Any, ...]:
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), policy=st.sampled_from(["default", "las"]))
+@given(seed=st.integers(0, 2**32 - 1), policy=st.sampled_from(["default", "las", "tiresias"]))
 @example(seed=12, policy="las")  # a later job of a verdict key passed at another level repeats its answer
 def test_passing_over_repeats_changes_nothing(seed: int, policy: str) -> None:
     with pytest.MonkeyPatch.context() as patch:
@@ -118,7 +122,7 @@ def test_passing_over_repeats_changes_nothing(seed: int, policy: str) -> None:
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 2**32 - 1),
-    policy=st.sampled_from(["default", "las", "default"]),
+    policy=st.sampled_from(["default", "las", "default", "tiresias"]),
     limits=st.sampled_from([4, 12, 40]),
 )
 def test_passing_over_jobs_no_backfill_window_holds_changes_nothing(

@@ -80,3 +80,40 @@ def test_node_failures_requeue_attempts_and_the_run_ends() -> None:
                     node_mtbf=3000.0, node_repair=100.0, seed=3)  # fmt: skip
     assert any(e["event"] == "lost" for e in events)
     assert sum(e["event"] == "finish" for e in events) == 4
+
+
+def test_periodic_checkpoints_are_reported_to_the_core() -> None:
+    """Each checkpoint a job reaches (every `checkpoint_interval` seconds of work) is recorded on
+    its running attempt, so that the core knows what a preemption would lose; none after the
+    attempt ends, and a restarted attempt counts from the progress it kept."""
+    from corral.core.model import JobId
+
+    c = cluster(nodes=1, gpus=4)
+    sim = Simulation(
+        c, [job("j", 0, 2500, checkpoint_interval=1000.0)], load_policy("default"), EventLog([]), SimOptions()
+    )
+    seen: list[tuple[float, float]] = []
+    sim.begin()
+    while sim.step():
+        attempt = sim.state.running.get(JobId("j"))
+        if attempt is not None:
+            seen.append((sim.stats.end_time, attempt.last_checkpoint))
+    assert (1000.0, 1000.0) in seen and (2000.0, 2000.0) in seen
+    assert max(t for t, _ in seen) == 2000.0  # nothing after the last checkpoint before its end
+    assert [e for e in sim.events if e[0] > 2500.0] == []
+
+
+def test_reported_checkpoints_make_default_take_the_victim_that_loses_least() -> None:
+    """Two low jobs, one checkpointing every 100 s: an urgent job preempts the one that would lose
+    less work (default's victim order), which the core knows only from reported checkpoints."""
+    from corral.sim.jobmodel import PreemptionCost
+
+    c = cluster(nodes=2, gpus=4)
+    jobs = [
+        job("saver", 0, 5000, priority="low", checkpoint_interval=100.0),  # started first: lost
+        job("plain", 10, 5000, priority="low"),  # more since its start, but checkpointed at 1,000
+        job("urgent", 1005, 100, priority="urgent"),
+    ]
+    events = replay(jobs, "default", c, preemption=PreemptionCost(0.0))
+    preempt = next(e for e in events if e["event"] == "preempt")
+    assert preempt["job"] == "saver" and preempt["lost_gpu_seconds"] < 100 * 4

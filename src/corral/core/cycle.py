@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Hashable
 
-from corral.core import order, repeats, reserve
+from corral.core import aging, order, repeats, reserve
 from corral.core import reasons as why_text
 from corral.core.decisions import CycleResult, Reason, Reject, Reserve, Start, Why
 from corral.core.estimated_holds import ESTIMATES_KEPT, confident, estimated_hold
@@ -33,6 +33,7 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
     """Run one cycle at time `now` and return its decisions; starts are applied to `state`."""
     result = CycleResult(now)
     state.set_order(profile.job_order.key)
+    aging.promote(state, profile.promote_after, now, result)
     if profile.usage_half_life:
         advance_usage(state, now, profile.usage_half_life)
     if state.estimating and now - state.estimates_used_at > ESTIMATES_KEPT:

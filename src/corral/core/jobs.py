@@ -47,6 +47,8 @@ class PendingJob:
         "flags",
         "history_keys",
         "key",
+        "promoted",
+        "queued_at",
         "request",
         "request_generation",
         "shape",
@@ -66,6 +68,8 @@ class PendingJob:
         self.attempts = attempts
         self.attained = attained  # GPU-seconds of service received by earlier attempts
         self.true_duration = true_duration  # known only to the simulator, used only by the sjf oracle
+        self.queued_at = spec.submit_time  # when its current wait began (requeued: when its attempt ended)
+        self.promoted = False  # waited past its order's promotion time in this wait (`core/aging.py`)
         self._not_before = 0.0  # restart backoff
         self._held = False
         self._nomination: Nomination | None = None

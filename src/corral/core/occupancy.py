@@ -14,6 +14,7 @@ ended attempt alive.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 
 from corral.core.jobs import RunningAttempt
 from corral.core.model import JobId, QueueName
@@ -22,13 +23,25 @@ Group = tuple[QueueName, int]  # (queue, priority value)
 
 _NONE, _WAITING, _COUNTED = 0, 1, 2  # RunningAttempt.candidate
 COUNTED = _COUNTED  # a candidate now (in `members`)
+_NO_FRESH: list[tuple[float, JobId]] = []
 _EARLY = 1e-6  # seconds: settle this much early, so float rounding never settles late
 
 
 class Occupancy:
     """Per node: attempts touching it, and GPUs plus GPU-seconds-since-checkpoint per group."""
 
-    __slots__ = ("_by_group", "_seq", "_stale", "_waiting", "groups", "jobs", "members", "sizes", "totals")
+    __slots__ = (
+        "_by_group",
+        "_fresh",
+        "_seq",
+        "_stale",
+        "_waiting",
+        "groups",
+        "jobs",
+        "members",
+        "sizes",
+        "totals",
+    )
 
     def __init__(self) -> None:
         self.jobs: list[dict[JobId, RunningAttempt]] = []
@@ -43,6 +56,9 @@ class Occupancy:
         # the same entries per group, for when each group's first protection ends (kept tidy by
         # `settle` and the sweep of stale entries)
         self._by_group: dict[Group, list[tuple[float, int, RunningAttempt]]] = {}
+        # per group, (time of its last checkpoint or start, job id) of each candidate, sorted:
+        # kept from the first call of `fresh` on (None: nobody asked)
+        self._fresh: dict[Group, list[tuple[float, JobId]]] | None = None
 
     def add_node(self) -> None:
         self.jobs.append({})
@@ -124,6 +140,18 @@ class Occupancy:
         sizes = self.sizes.get(group)
         return min(sizes) if sizes else 0
 
+    def fresh(self, group: Group) -> list[tuple[float, JobId]]:
+        """The group's candidates as (time of the last checkpoint or start, job id), oldest first
+        (the last ones lose least work if preempted now); kept up to date from the first call on,
+        so that a policy that preempts only jobs with little work to lose (`tiresias`' `max_lost`)
+        reads the newest ones without visiting the others."""
+        fresh = self._fresh
+        if fresh is None:
+            fresh = self._fresh = {}
+            for key, members in self.members.items():
+                fresh[key] = sorted((max(a.start, a.last_checkpoint), i) for i, a in members.items())
+        return fresh.get(group, _NO_FRESH)
+
     def checkpointed(self, attempt: RunningAttempt, before: float) -> None:
         """The attempt's last checkpoint moved from `before` to `attempt.last_checkpoint`."""
         if attempt.candidate != _COUNTED:
@@ -131,6 +159,10 @@ class Occupancy:
         key = (attempt.spec.queue, attempt.spec.priority)
         old = max(attempt.start, before)
         new = max(attempt.start, attempt.last_checkpoint)
+        if self._fresh is not None and new != old:
+            entries = self._fresh[key]
+            del entries[bisect_left(entries, (old, attempt.spec.id))]
+            insort(entries, (new, attempt.spec.id))
         for node, mask in attempt.placement:
             self.groups[node][key][1] += mask.bit_count() * (new - old)
 
@@ -160,6 +192,17 @@ class Occupancy:
                 del sizes[spec.gpus]
             if not members:
                 del self.members[key], self.sizes[key]
+        fresh = self._fresh
+        if fresh is not None:
+            entries = fresh.get(key)
+            if entries is None:
+                entries = fresh[key] = []
+            if sign > 0:
+                insort(entries, (since, spec.id))
+            else:
+                del entries[bisect_left(entries, (since, spec.id))]
+                if not entries:
+                    del fresh[key]
         for node, mask in attempt.placement:
             gpus = mask.bit_count()
             per_node = self.groups[node]

@@ -52,6 +52,11 @@ class VictimFilter(Protocol):
     its time limit or its attained service), so that a cycle may answer a family's jobs alike
     (`core/repeats.py`); when it reads more, `family_part` says what, as an int: jobs of a family
     with equal parts are answered alike (read only when `groups_by_family` is false).
+
+    A plugin that may take only a few attempts of some group may also have a method
+    `narrow(preemptor, group, state, now)` returning them (a list holding every attempt of the
+    group it may take; None: the whole group): victim selection then reads those instead of the
+    group (`core/narrow.py`).
     """
 
     bounds_by_group: bool
@@ -148,3 +153,12 @@ class Profile:
             return True
         reads = getattr(self.job_order, "reads_estimates", None)
         return reads is not None and bool(reads())
+
+    @property
+    def promote_after(self) -> float | None:
+        """Seconds of waiting after which its order promotes a job (`core/aging.py`): what the
+        order's method `promote_after()` returns, if it has one (e.g. `tiresias`' `starve`);
+        None: it promotes nobody."""
+        method = getattr(self.job_order, "promote_after", None)
+        after = None if method is None else method()
+        return None if after is None else float(after)

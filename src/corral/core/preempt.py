@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from corral.core.jobs import PendingJob, RunningAttempt
+from corral.core.narrow import Narrowed, narrowed, overlay
 from corral.core.occupancy import COUNTED, Group
 from corral.core.placement import NodeMask, Request, place
 from corral.core.plugins import VictimFilter, Victims
@@ -63,11 +64,12 @@ def select_victims(
     ok = eligible_groups(state, plugin, job, now)
     if not ok:
         return NO_CANDIDATES  # `group_eligible` is an upper bound: no attempt of any group qualifies
+    few = narrowed(state, plugin, job, now, ok)  # groups the plugin reads only some attempts of
     if plugin.bounds_by_group:
-        fast = _by_aggregates(state, plugin, job, req, now, ok)
+        fast = _by_aggregates(state, plugin, job, req, now, ok, few)
         if fast is not _RETRY:
             return fast
-    return _full_scan(state, plugin, job, req, now, ok, memo)
+    return _full_scan(state, plugin, job, req, now, ok, memo, few)
 
 
 def eligible_groups(state: ClusterState, plugin: VictimFilter, job: PendingJob, now: float) -> set[Group]:
@@ -83,18 +85,23 @@ def ranked_candidates(
     now: float,
     ok: set[Group] | None = None,
     memo: Ranked | None = None,
+    few: Narrowed | None = None,
 ) -> list[RunningAttempt]:
     """Every candidate of the groups in `ok` (None: the eligible groups) that the plugin allows as
-    a victim of `job`, in its victim order (not one started at `now`). With `memo` (one cycle's,
-    at one `now`), computed once per preemptor key and groups while no queue's counted GPUs
-    change (what the plugin reads of the attempts and queues changes only with them then: a
-    start, a preemption, a nomination); after such a change, for a plugin that `ranks_by_attempt`,
-    the ranking less the attempts that stopped being candidates (in a cycle, attempts only leave
-    the candidates: a new one started at `now`). The list is shared: callers do not change it."""
+    a victim of `job`, in its victim order (not one started at `now`); of a group in `few` (None:
+    the plugin's `narrowed` groups), only its attempts there. With `memo` (one cycle's, at one
+    `now`), computed once per preemptor key and groups while no queue's counted GPUs change (what
+    the plugin reads of the attempts and queues changes only with them then: a start, a
+    preemption, a nomination); after such a change, for a plugin that `ranks_by_attempt`, the
+    ranking less the attempts that stopped being candidates (in a cycle, attempts only leave the
+    candidates: a new one started at `now`). Nothing is remembered when a group is narrowed (the
+    narrowing reads the preemptor beyond its key). The list is shared: callers do not change it."""
     if ok is None:
         ok = eligible_groups(state, plugin, job, now)
+    if few is None:
+        few = narrowed(state, plugin, job, now, ok)
     key: Hashable | None = None
-    if memo is not None:
+    if memo is not None and not few:
         pkey = plugin.preemptor_key(job)
         if pkey is not None:
             key = (pkey, frozenset(ok))
@@ -107,7 +114,7 @@ def ranked_candidates(
                     memo[key] = (state.use_version, kept)
                     return kept
     members = state.occupancy.members
-    attempts = [a for group in ok for a in members[group].values() if a.start < now]
+    attempts = [a for g in ok for a in (few[g] if g in few else members[g].values()) if a.start < now]
     ranked = plugin.rank(job, attempts, state, now) if attempts else []
     if memo is not None and key is not None:
         memo[key] = (state.use_version, ranked)
@@ -118,7 +125,13 @@ _RETRY = Miss.RETRY
 
 
 def _by_aggregates(
-    state: ClusterState, plugin: Victims, job: PendingJob, req: Request, now: float, ok: set[Group]
+    state: ClusterState,
+    plugin: Victims,
+    job: PendingJob,
+    req: Request,
+    now: float,
+    ok: set[Group],
+    few: Narrowed,
 ) -> Selection | Miss | None:
     totals = state.occupancy.totals
     if not any(key in totals for key in ok):
@@ -128,7 +141,8 @@ def _by_aggregates(
     avail = state.index.avail
     node_class = state.node_class
     potential: dict[int, int] = {}
-    for node, groups in enumerate(state.occupancy.groups):
+    node_groups = overlay(state.occupancy.groups, few)  # narrowed groups: their few attempts
+    for node, groups in enumerate(node_groups):
         have = avail[node]
         for key, entry in groups.items():
             if key in ok:
@@ -143,9 +157,7 @@ def _by_aggregates(
         if have >= gpus and not (whole and state.alloc[node]):
             return _FREE
         worst, lost = -(1 << 62), 0.0
-        for (queue, priority), (count, since) in sorted(
-            state.occupancy.groups[node].items(), key=lambda kv: kv[0][1]
-        ):
+        for (queue, priority), (count, since) in sorted(node_groups[node].items(), key=lambda kv: kv[0][1]):
             if have >= gpus and not whole:
                 break
             if (queue, priority) in ok:
@@ -205,15 +217,17 @@ def _full_scan(
     now: float,
     ok: set[Group] | None = None,
     memo: Ranked | None = None,
+    few: Narrowed | None = None,
 ) -> Selection | Miss | None:
-    """The exact path: every attempt of an eligible group is checked and ranked by the plugin.
+    """The exact path: every attempt of an eligible group (of a narrowed group, its attempts in
+    `few`) is checked and ranked by the plugin.
 
     Only preemptible attempts that are not stopping are in groups, and `eligible` implies
     `group_eligible` (the groups in `ok`; None: every group), so this examines every running
     attempt that could be a victim.
     """
     candidates = ranked_candidates(
-        state, plugin, job, now, set(state.occupancy.members) if ok is None else ok, memo
+        state, plugin, job, now, set(state.occupancy.members) if ok is None else ok, memo, few
     )
     if not candidates:
         return NO_CANDIDATES

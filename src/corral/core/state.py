@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Sequence
+from heapq import heappush
 from typing import TYPE_CHECKING
 
 from corral.core.errors import InvariantError
@@ -64,6 +65,10 @@ class ClusterState(NodeTable):
         self.key_fn: Callable[[PendingJob], tuple[object, ...]] | None = (
             None  # per-shape results valid until `generation` changes
         )
+        # the order's promotion of jobs that waited this long (`core/aging.py`; None: none), and
+        # (when, sequence, job id) per wait that reaches it, a heap
+        self.promote_after: float | None = None
+        self.promotions: list[tuple[float, int, JobId]] = []
 
     @classmethod
     def build(
@@ -143,15 +148,23 @@ class ClusterState(NodeTable):
         self.caches = Caches()
 
     def submit(
-        self, spec: JobSpec, attempts: int = 0, attained: float = 0.0, true_duration: float | None = None
+        self,
+        spec: JobSpec,
+        attempts: int = 0,
+        attained: float = 0.0,
+        true_duration: float | None = None,
+        queued_at: float | None = None,
     ) -> PendingJob:
         """Add a job to its queue's pending list; the next cycle checks it can ever fit.
 
-        `true_duration` is for simulations only (the sjf oracle orders by it).
+        `true_duration` is for simulations only (the sjf oracle orders by it); `queued_at` is when
+        its wait began (None: its submit time).
         """
         if spec.id in self.jobs or spec.id in self.running:
             raise ValueError(f"job {spec.id} is already known")
         job = PendingJob(spec, attempts=attempts, attained=attained, true_duration=true_duration)
+        if queued_at is not None:
+            job.queued_at = queued_at
         self._enqueue(job)
         self.unchecked.append(job)
         return job
@@ -173,6 +186,8 @@ class ClusterState(NodeTable):
         queue.enter(job)
         job.join(queue.flagged)
         self.jobs[spec.id] = job
+        if self.promote_after is not None and not job.promoted:
+            heappush(self.promotions, (job.queued_at + self.promote_after, spec.seq, spec.id))
 
     def unqueue(self, queue: QueueState, job: PendingJob) -> None:
         """Take a job out of its queue's per-verdict order and flags (not out of `pending_keys`)."""
@@ -326,6 +341,7 @@ class ClusterState(NodeTable):
         job.attempts = attempt.attempt
         job.attained += spec.gpus * max(0.0, now - attempt.start)
         if requeue:
+            job.queued_at, job.promoted = now, False
             self._enqueue(job)
         elif self.estimator is not None:
             self.estimator.observe(spec, _seconds_run(job) if spec.gpus else now - attempt.start, _keys(job))

@@ -16,6 +16,7 @@ from corral.core.plugins import Profile
 from corral.policies.fair_share import FairShare
 from corral.policies.ordering import Fifo, LeastAttained, PriorityFifo, ShortestEstimated, ShortestFirst
 from corral.policies.quota import Limit, Quota
+from corral.policies.tiresias import Tiresias
 from corral.policies.victims import AttainedService, PriorityReclaim
 
 PLUGINS: dict[str, type[Any]] = {
@@ -29,6 +30,7 @@ PLUGINS: dict[str, type[Any]] = {
     "quota": Quota,
     "priority_reclaim": PriorityReclaim,
     "attained_service": AttainedService,
+    "tiresias": Tiresias,
 }
 
 # extension point -> plugin name (or names), per built-in policy; plus cycle settings.
@@ -55,6 +57,17 @@ POLICIES: dict[str, dict[str, Any]] = {
         # estimated ends hold GPUs at once on a confident estimate, otherwise for a job that has
         # waited a day (docs/benchmarks.md, "Overload quality")
         "hold_after": 86400.0,
+    },
+    "tiresias": {
+        "description": "default, with Tiresias' discretised least attained service inside a queue: "
+        "jobs wait by attained-service level, then FIFO; a waiting job preempts a job of its queue "
+        "and class in a worse level that would lose little work",
+        "order": "tiresias",
+        "queue_order": "fair_share",
+        "admit": ["limit", "quota"],
+        "victims": "tiresias",
+        "backfill": True,
+        "max_reservations": 8,
     },
     "fifo": {
         "description": "strict head-of-line FIFO in submit order: no skipping, no backfill, no preemption, "
@@ -117,9 +130,12 @@ def _make(plugin: str, args: Mapping[str, Any] | None, where: str) -> Any:
             where=where,
             fix=f"its arguments are: {', '.join(sorted(known)) or 'none'}",
         )
+    tuples = {f.name for f in dataclasses.fields(arg_cls) if isinstance(f.default, tuple)}
     for name, value in given.items():
         if isinstance(value, list):
             given[name] = tuple(value)
+        elif name in tuples and not isinstance(value, tuple):
+            given[name] = (value,)  # one value for a list argument: a list of one
     try:
         return cls(arg_cls(**given))
     except (TypeError, ValueError) as exc:
@@ -184,7 +200,8 @@ def plugins_of(name: str) -> set[str]:
 
 def parse_plugin_args(items: list[str]) -> dict[str, dict[str, Any]]:
     """`PLUGIN.KEY=VALUE` items (the command line's `--arg`) as `load_policy` arguments; numbers
-    and true/false are converted, anything else stays text."""
+    and true/false are converted, anything else stays text; a value with commas is a list
+    (`--arg tiresias.thresholds=3600,57600`), `[]` an empty one."""
     args: dict[str, dict[str, Any]] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -198,6 +215,16 @@ def parse_plugin_args(items: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def _value(text: str) -> object:
+    stripped = text.strip()
+    if stripped.startswith("[") and stripped.endswith("]"):
+        inner = stripped[1:-1].strip()
+        return [_scalar(part.strip()) for part in inner.split(",")] if inner else []
+    if "," in text:
+        return [_scalar(part.strip()) for part in text.split(",")]
+    return _scalar(text)
+
+
+def _scalar(text: str) -> object:
     for kind in (int, float):
         try:
             return kind(text)

@@ -13,7 +13,7 @@ from corral.core.model import QueueName
 from corral.core.state import ClusterState
 
 
-def _protected(victim: RunningAttempt, state: ClusterState, now: float) -> bool:
+def protected(victim: RunningAttempt, state: ClusterState, now: float) -> bool:
     """Never a non-preemptible job, one already stopping, or one inside its minimum run time
     (`ClusterState.min_runtime`: doubled for every earlier attempt of the job)."""
     if not victim.spec.preemptible or victim.preempting_deadline is not None:
@@ -62,46 +62,15 @@ class PriorityReclaim:
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
     ) -> bool:
-        if _protected(victim, state, now):
-            return False
-        mine, theirs = preemptor.spec, victim.spec
-        if theirs.queue == mine.queue:
-            return mine.priority > theirs.priority
-        if not self.args.reclaim or self._spared(victim, now):
-            return False
-        return can_reclaim(
-            state,
-            state.queues[mine.queue],
-            mine.gpus,
-            state.queues[theirs.queue],
-            theirs.gpus,
-            self.args.surplus,
-        )
-
-    def _spared(self, victim: RunningAttempt, now: float) -> bool:
-        spare = self.args.spare_after
-        return spare > 0 and now - max(victim.start, victim.last_checkpoint) > spare
+        return reclaim_eligible(self.args, preemptor, victim, state, now)
 
     def group_eligible(
         self, preemptor: PendingJob, queue: QueueName, priority: int, state: ClusterState, now: float
     ) -> bool:
-        mine = preemptor.spec
-        if queue == mine.queue:
-            return mine.priority > priority
-        if not self.args.reclaim:
-            return False
-        victim = state.queues[queue]
-        if victim.effective_gpus <= victim.spec.quota:
-            return False  # reclaim takes only from a queue above its quota
-        # reclaim is easier the less is taken: the group's smallest candidate bounds them all
-        freed = state.occupancy.smallest((queue, priority))
-        return can_reclaim(state, state.queues[mine.queue], mine.gpus, victim, freed, self.args.surplus)
+        return reclaim_group_eligible(self.args, preemptor, queue, priority, state)
 
     def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
-        spec = victim.spec
-        queue = state.queues[spec.queue]
-        overshoot = max(0, queue.spec.quota - (queue.effective_gpus - spec.gpus))
-        return (spec.priority, victim.lost_work(now), overshoot, spec.submit_time, spec.id)
+        return reclaim_order_key(victim, state, now)
 
     def rank(
         self, preemptor: PendingJob, attempts: Iterable[RunningAttempt], state: ClusterState, now: float
@@ -115,16 +84,74 @@ class PriorityReclaim:
     def permit(
         self, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState, now: float
     ) -> bool:
-        """The reclaim rule on the whole set: what each victim queue gives up, added together."""
-        freed: dict[QueueName, int] = {}
-        for v in victims:
-            if v.spec.queue != preemptor.spec.queue:
-                freed[v.spec.queue] = freed.get(v.spec.queue, 0) + v.spec.gpus
-        taker = state.queues[preemptor.spec.queue]
-        return all(
-            can_reclaim(state, taker, preemptor.spec.gpus, state.queues[name], gpus, self.args.surplus)
-            for name, gpus in freed.items()
-        )
+        return reclaim_permit(self.args, preemptor, victims, state)
+
+
+# `priority_reclaim`'s rules, for the plugins built on it (`tiresias`)
+def reclaim_eligible(
+    args: PriorityReclaimArgs, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
+) -> bool:
+    """`PriorityReclaim.eligible`: a higher class of its queue, or reclaim across queues."""
+    if protected(victim, state, now):
+        return False
+    mine, theirs = preemptor.spec, victim.spec
+    if theirs.queue == mine.queue:
+        return mine.priority > theirs.priority
+    if not args.reclaim or _spared(args, victim, now):
+        return False
+    return can_reclaim(
+        state,
+        state.queues[mine.queue],
+        mine.gpus,
+        state.queues[theirs.queue],
+        theirs.gpus,
+        args.surplus,
+    )
+
+
+def _spared(args: PriorityReclaimArgs, victim: RunningAttempt, now: float) -> bool:
+    spare = args.spare_after
+    return spare > 0 and now - max(victim.start, victim.last_checkpoint) > spare
+
+
+def reclaim_group_eligible(
+    args: PriorityReclaimArgs, preemptor: PendingJob, queue: QueueName, priority: int, state: ClusterState
+) -> bool:
+    """`PriorityReclaim.group_eligible`."""
+    mine = preemptor.spec
+    if queue == mine.queue:
+        return mine.priority > priority
+    if not args.reclaim:
+        return False
+    victim = state.queues[queue]
+    if victim.effective_gpus <= victim.spec.quota:
+        return False  # reclaim takes only from a queue above its quota
+    # reclaim is easier the less is taken: the group's smallest candidate bounds them all
+    freed = state.occupancy.smallest((queue, priority))
+    return can_reclaim(state, state.queues[mine.queue], mine.gpus, victim, freed, args.surplus)
+
+
+def reclaim_order_key(victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
+    """`PriorityReclaim.order_key`."""
+    spec = victim.spec
+    queue = state.queues[spec.queue]
+    overshoot = max(0, queue.spec.quota - (queue.effective_gpus - spec.gpus))
+    return (spec.priority, victim.lost_work(now), overshoot, spec.submit_time, spec.id)
+
+
+def reclaim_permit(
+    args: PriorityReclaimArgs, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState
+) -> bool:
+    """The reclaim rule on the whole set: what each victim queue gives up, added together."""
+    freed: dict[QueueName, int] = {}
+    for v in victims:
+        if v.spec.queue != preemptor.spec.queue:
+            freed[v.spec.queue] = freed.get(v.spec.queue, 0) + v.spec.gpus
+    taker = state.queues[preemptor.spec.queue]
+    return all(
+        can_reclaim(state, taker, preemptor.spec.gpus, state.queues[name], gpus, args.surplus)
+        for name, gpus in freed.items()
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +182,7 @@ class AttainedService:
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
     ) -> bool:
-        if _protected(victim, state, now):
+        if protected(victim, state, now):
             return False
         served = victim.job.attained + victim.spec.gpus * (now - victim.start)
         return self._level(served) > self._level(preemptor.attained)
@@ -190,7 +217,7 @@ class AttainedService:
             served = job.attained + gpus * (now - start)
             if served < floor:
                 continue  # level <= mine
-            # _protected, inline: never non-preemptible, stopping, or inside its minimum run time
+            # protected, inline: never non-preemptible, stopping, or inside its minimum run time
             if not spec.preemptible or a.preempting_deadline is not None:
                 continue
             if now - start < runtime_of.get(spec.priority, 0.0) * (1 << min(a.attempt - 1, 6)):

@@ -48,7 +48,7 @@ from corral.sim.ideal import IdealSpans
 from corral.sim.jobmodel import PreemptionCost, Slowdown
 from corral.sim.trace import TraceJob
 
-_END, _STOP, _FAIL_NODE, _REPAIR, _CYCLE = 0, 1, 2, 3, 9
+_END, _STOP, _FAIL_NODE, _REPAIR, _CHECKPOINT, _CYCLE = 0, 1, 2, 3, 4, 9
 _Ending = tuple[JobId, int, "str | None"]  # the payload of _END and _STOP: job, attempt, note
 _NO_TOPOLOGY = Topology()  # trace jobs prefer the tightest placement and require none
 
@@ -313,7 +313,7 @@ class Simulation:
         if verdict == MET:
             deps.parked.discard(job_id)
             job = self.jobs[job_id]
-            self.state.submit(job.spec, true_duration=job.trace.duration)
+            self.state.submit(job.spec, true_duration=job.trace.duration, queued_at=now)
             self._push(now, _CYCLE, None)
         elif verdict == NEVER:
             deps.parked.discard(job_id)
@@ -379,6 +379,27 @@ class Simulation:
             self._push(now + limit, _END, (job_id, attempt_no, "time_limit"))
         else:
             self._push(now + run_time, _END, (job_id, attempt_no, None))
+        self._next_checkpoint(job, now)
+
+    def _next_checkpoint(self, job: _Job, now: float) -> None:
+        """Queue the attempt's next periodic checkpoint, if it has an interval and reaches it
+        before it ends: at the next multiple of the interval in seconds of work, where a
+        preemption keeps its progress (`PreemptionCost.saved`). The core learns of each
+        (`ClusterState.record_checkpoint`): what a preemption would lose is then known to it."""
+        interval = job.trace.checkpoint_interval or self.options.preemption.default_interval
+        if not interval:
+            return
+        done = job.progress + (now - job.started) / job.factor  # seconds of work reached by now
+        k = done // interval + 1
+        at = job.started + (k * interval - job.progress) * job.factor
+        if at <= now:  # `now` is a checkpoint that rounding put just short of its multiple
+            at = job.started + ((k + 1) * interval - job.progress) * job.factor
+        end = job.started + job.work * job.factor
+        limit = job.spec.time_limit
+        if limit is not None:
+            end = min(end, job.started + limit)
+        if at < end:
+            self._push(at, _CHECKPOINT, (job.spec.id, job.attempt, None))
 
     # ---- events -------------------------------------------------------------------------
     def _handle(self, kind: int, payload: object, now: float) -> bool:
@@ -387,6 +408,13 @@ class Simulation:
         if kind == _STOP:
             job_id, attempt, note = cast(_Ending, payload)
             return self._requeue(job_id, attempt, "preempt", note or "preempted", now)
+        if kind == _CHECKPOINT:
+            job_id, attempt, _ = cast(_Ending, payload)
+            running = self.state.running.get(job_id)
+            if running is not None and running.attempt == attempt:
+                self.state.record_checkpoint(job_id, now)
+                self._next_checkpoint(self.jobs[job_id], now)
+            return False  # no cycle for it: it only changes what a preemption would lose
         name = cast(NodeName, payload)
         if kind == _FAIL_NODE:
             return self._fail_node(name, now)

@@ -1,0 +1,185 @@
+"""Tiresias inside a queue: discretised two-dimensional least attained service (2D-LAS).
+
+A job's *level* is how many `thresholds` its attained service (GPU-seconds received so far, by
+all its attempts) has reached: level 0 until the first threshold, and so on. Inside a queue and a
+priority class, jobs wait by level, then first come first served (submit time); a waiting job
+preempts a running job of its own queue and class whose level is strictly worse, only while the
+victim would lose at most `max_lost` seconds of work (since its last checkpoint, or its start).
+`starve` (seconds, 0: off) promotes a job that has waited that long in its current wait to level
+0 (`core/aging.py`). Everything else is `default`'s: queues by fair share, quotas and limits,
+preemption by higher classes, reclaim across queues, reservations and backfill.
+
+Gu et al., "Tiresias: A GPU Cluster Manager for Distributed Deep Learning", NSDI '19.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+
+from corral.core.jobs import PendingJob, RunningAttempt
+from corral.core.model import QueueName
+from corral.core.state import ClusterState
+from corral.policies.victims import (
+    PriorityReclaimArgs,
+    protected,
+    reclaim_eligible,
+    reclaim_group_eligible,
+    reclaim_order_key,
+    reclaim_permit,
+)
+
+_first = itemgetter(0)
+
+
+@dataclass(frozen=True, slots=True)
+class TiresiasArgs(PriorityReclaimArgs):
+    # GPU-seconds of attained service at which a job drops one level (increasing); one threshold
+    # at 16 GPU-hours by default (Tiresias' two queues)
+    thresholds: tuple[float, ...] = (57_600.0,)
+    max_lost: float = 600.0  # seconds of work a level preemption may cost its victim at most
+    starve: float = 0.0  # seconds of waiting after which a job is promoted to level 0 (0: never)
+
+    def __post_init__(self) -> None:
+        PriorityReclaimArgs.__post_init__(self)
+        if not self.thresholds or list(self.thresholds) != sorted(set(self.thresholds)):
+            raise ValueError("thresholds must be one or more increasing GPU-seconds, e.g. [57600]")
+        if any(not t > 0 for t in self.thresholds):
+            raise ValueError("thresholds must be > 0 GPU-seconds")
+        if not self.max_lost >= 0:
+            raise ValueError("max_lost must be >= 0 seconds (0: only just-checkpointed victims)")
+        if not self.starve >= 0:
+            raise ValueError("starve must be >= 0 seconds (0: no promotion)")
+
+
+@dataclass(frozen=True, slots=True)
+class Tiresias:
+    """The order inside a queue and the victims (one plugin for both: one set of arguments).
+
+    As victims it is `priority_reclaim` (same victim order, same reclaim rule across queues)
+    plus level preemption inside the preemptor's own queue and class.
+    """
+
+    args: TiresiasArgs = TiresiasArgs()
+    bounds_by_group = True
+    groups_by_family = False  # the preemptor's level is beyond its family: `family_part`
+    ranks_by_attempt = False  # reclaim and the order read the queues' counts
+
+    def level(self, attained: float) -> int:
+        return bisect_right(self.args.thresholds, attained)
+
+    def job_level(self, job: PendingJob) -> int:
+        """A waiting job's level: from its attained service, or 0 once promoted."""
+        return 0 if job.promoted else bisect_right(self.args.thresholds, job.attained)
+
+    # ---- the order inside a queue ------------------------------------------------------
+    def key(self, job: PendingJob) -> tuple[object, ...]:
+        s = job.spec
+        return (-s.priority, self.job_level(job), s.submit_time, s.seq, s.id)
+
+    def promote_after(self) -> float | None:
+        """`Profile.promote_after`: `starve`, or None when it is 0."""
+        return self.args.starve if self.args.starve > 0 else None
+
+    # ---- victims -------------------------------------------------------------------------
+    def family_part(self, preemptor: PendingJob) -> int:
+        return self.job_level(preemptor)
+
+    def preemptor_key(self, preemptor: PendingJob) -> Hashable | None:
+        """None: nothing is remembered (`narrow` reads the preemptor's level and the fresh
+        candidates, which change with every checkpoint)."""
+        return None
+
+    def eligible(
+        self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
+    ) -> bool:
+        if reclaim_eligible(self.args, preemptor, victim, state, now):
+            return True
+        mine, theirs = preemptor.spec, victim.spec
+        if theirs.queue != mine.queue or theirs.priority != mine.priority or protected(victim, state, now):
+            return False
+        if now - max(victim.start, victim.last_checkpoint) > self.args.max_lost:
+            return False
+        served = victim.job.attained + theirs.gpus * (now - victim.start)
+        return self.level(served) > self.job_level(preemptor)
+
+    def group_eligible(
+        self, preemptor: PendingJob, queue: QueueName, priority: int, state: ClusterState, now: float
+    ) -> bool:
+        mine = preemptor.spec
+        if queue != mine.queue or priority != mine.priority:
+            return reclaim_group_eligible(self.args, preemptor, queue, priority, state)
+        return self._worse_fresh(preemptor, (queue, priority), state, now)
+
+    def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
+        return reclaim_order_key(victim, state, now)
+
+    def rank(
+        self, preemptor: PendingJob, attempts: Iterable[RunningAttempt], state: ClusterState, now: float
+    ) -> list[RunningAttempt]:
+        keyed = [
+            (reclaim_order_key(a, state, now), a) for a in attempts if self.eligible(preemptor, a, state, now)
+        ]
+        keyed.sort(key=_first)
+        return [a for _, a in keyed]
+
+    def permit(
+        self, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState, now: float
+    ) -> bool:
+        """`priority_reclaim`'s: the reclaim rule on what each other queue gives up together."""
+        return reclaim_permit(self.args, preemptor, victims, state)
+
+    def narrow(
+        self, preemptor: PendingJob, group: tuple[QueueName, int], state: ClusterState, now: float
+    ) -> list[RunningAttempt] | None:
+        """Of its own queue and class, only the candidates it may take by level (`core/narrow.py`):
+        read from the newest checkpoints back to `now - max_lost`; other groups whole (None)."""
+        mine = preemptor.spec
+        if group != (mine.queue, mine.priority):
+            return None
+        thresholds = self.args.thresholds
+        level = self.job_level(preemptor)
+        if level >= len(thresholds):
+            return []
+        floor = thresholds[level]
+        occupancy = state.occupancy
+        members = occupancy.members.get(group)
+        if members is None:
+            return []
+        entries = occupancy.fresh(group)
+        cutoff = now - self.args.max_lost
+        found: list[RunningAttempt] = []
+        i = len(entries) - 1
+        while i >= 0 and entries[i][0] >= cutoff:
+            a = members[entries[i][1]]
+            if a.start < now and a.job.attained + a.spec.gpus * (now - a.start) >= floor:
+                found.append(a)
+            i -= 1
+        return found
+
+    def _worse_fresh(
+        self, preemptor: PendingJob, group: tuple[QueueName, int], state: ClusterState, now: float
+    ) -> bool:
+        """Whether a candidate of the preemptor's own group has a worse level and would lose at
+        most `max_lost`: only the candidates checkpointed (or started) since `now - max_lost` are
+        read, newest first (`Occupancy.fresh`), not the whole group."""
+        thresholds = self.args.thresholds
+        mine = self.job_level(preemptor)
+        if mine >= len(thresholds):
+            return False  # nobody is below the last level
+        floor = thresholds[mine]  # attained service from which a level is worse than mine
+        occupancy = state.occupancy
+        members = occupancy.members.get(group)
+        if members is None:
+            return False
+        entries = occupancy.fresh(group)
+        cutoff = now - self.args.max_lost
+        i = len(entries) - 1
+        while i >= 0 and entries[i][0] >= cutoff:
+            a = members[entries[i][1]]
+            if a.start < now and a.job.attained + a.spec.gpus * (now - a.start) >= floor:
+                return True
+            i -= 1
+        return False
