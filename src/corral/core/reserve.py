@@ -10,10 +10,11 @@ them unless they end (by their time limit) before every reservation they would t
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from heapq import merge
 
+from corral.core.counted import Released, countable, place_counts
 from corral.core.estimates import Estimate
 from corral.core.model import INFINITY, JobId, NodeState
 from corral.core.placement import Request, place
@@ -88,9 +89,12 @@ def _earliest_fit(
     last = len(state.topology.span_names) - 1
     if req.gpus_per_replica == 0:
         return _search(state, req, now, ends, 0, _releases(state, [ends[0][2]]))
-    first, where, releases = _first_possible(state, req, ends)
+    counted = countable(req)
+    first, where, releases, counts = _first_possible(state, req, ends, not counted)
     if first is None:
         return None  # even once every attempt with an end has ended, no domain has GPUs enough
+    if counted:
+        return _counted(state, req, now, ends, first, where, counts)
     if releases is None:
         releases = _releases(state, [j for _, _, j in ends[: first + 1]])
     if req.max_span >= last:  # anywhere: nothing fits before the cluster has GPUs enough by count
@@ -100,6 +104,45 @@ def _earliest_fit(
         if found is not None:
             return Reservation("", max(ends[first][0], now), tuple(found))
     return _search(state, req, now, ends, first, releases)
+
+
+def _counted(
+    state: ClusterState,
+    req: Request,
+    now: float,
+    ends: Sequence[tuple[float, int, JobId]],
+    first: int,
+    where: frozenset[int] | None,
+    counts: Released | None,
+) -> Reservation | None:
+    """`_earliest_fit` for a gang that placement decides on counts alone (`counted.countable`):
+    the same releases and placements, counted outside the state (`counted.Released`,
+    `counted.place_counts`), which is left untouched."""
+    if req.max_span < len(state.topology.span_names) - 1 and where is not None:
+        inside = Released(state, req.classes)
+        running = state.running
+        for _, _, job_id in ends[: first + 1]:
+            if any(node in where for node, _ in running[job_id].placement):
+                inside.release(job_id)
+        found = place_counts(state, req, inside.avail)
+        if found is not None:
+            return Reservation("", max(ends[first][0], now), tuple(found))
+    if counts is None:
+        counts = Released(state, req.classes)
+        for _, _, job_id in ends[: first + 1]:
+            counts.release(job_id)
+    at = [first]  # the last release counted (the search never goes back before `first`)
+
+    def fits_after(last: int) -> list[tuple[int, int]] | None:
+        while at[0] > last:
+            counts.undo()
+            at[0] -= 1
+        while at[0] < last:
+            at[0] += 1
+            counts.release(ends[at[0]][2])
+        return place_counts(state, req, counts.avail)
+
+    return _gallop(fits_after, ends, now, first)
 
 
 def _placed_counts(state: ClusterState, req: Request) -> list[tuple[int, int]] | None:
@@ -175,37 +218,51 @@ def _search(
         return _placed_counts(state, req)
 
     try:
-        failed, step, probe = first - 1, 1, first
-        while True:
-            found = fits_after(probe)
-            if found is not None or probe == len(ends) - 1:
-                break
-            failed, probe, step = probe, min(probe + step, len(ends) - 1), step * 2
-        if found is None:
-            return None
-        lo, hi = failed, probe  # fails after lo releases (-1: none), fits after hi
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            result = fits_after(mid)
-            if result is not None:
-                hi, found = mid, result
-            else:
-                lo = mid
-        return Reservation("", max(ends[hi][0], now), tuple(found))
+        return _gallop(fits_after, ends, now, first)
     finally:
         state.plan.rollback(base)
         state.restore(released)
 
 
+def _gallop(
+    fits_after: Callable[[int], list[tuple[int, int]] | None],
+    ends: Sequence[tuple[float, int, JobId]],
+    now: float,
+    first: int,
+) -> Reservation | None:
+    """The first release at or after `first` after which the gang fits: galloping (1, 2, 4, ...
+    more releases), then binary search over the last stretch."""
+    failed, step, probe = first - 1, 1, first
+    while True:
+        found = fits_after(probe)
+        if found is not None or probe == len(ends) - 1:
+            break
+        failed, probe, step = probe, min(probe + step, len(ends) - 1), step * 2
+    if found is None:
+        return None
+    lo, hi = failed, probe  # fails after lo releases (-1: none), fits after hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        result = fits_after(mid)
+        if result is not None:
+            hi, found = mid, result
+        else:
+            lo = mid
+    return Reservation("", max(ends[hi][0], now), tuple(found))
+
+
 def _first_possible(
-    state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]]
-) -> tuple[int | None, frozenset[int] | None, list[tuple[int, int, int, float, bool]] | None]:
+    state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]], collect: bool = True
+) -> tuple[
+    int | None, frozenset[int] | None, list[tuple[int, int, int, float, bool]] | None, Released | None
+]:
     """The first release after which some domain the gang may use has GPUs enough for it, by
     count (an upper bound of what placement finds: NVLink groups, CPUs and memory aside), the
     nodes of the domains that reached it then (None: the whole cluster, or already before any
     release), and what the releases up to it give back (`_releases`; None when nothing was
-    released); (None, None, None) when no domain ever does. Counts nodes' available GPUs as the
-    index does (`NodeTable.available`, inlined), without the plan."""
+    released, or `collect` off) and the counts then (`counted.Released`; None when nothing was
+    released); (None, None, None, None) when no domain ever does. Counts nodes' available GPUs
+    as the index does (`NodeTable.available`, inlined), without the plan."""
     topo, index = state.topology, state.index
     g, classes = req.gpus_per_replica, req.classes
     allowed = set(classes)
@@ -213,9 +270,9 @@ def _first_possible(
     depth = -1 if req.max_span <= 1 else (topo.depth_of_span(req.max_span) if req.max_span < last else 0)
     if depth < 0:
         if index.best_fit(0, classes, req.gpus) >= 0:
-            return 0, None, None  # a node has GPUs enough already (placement failed otherwise)
+            return 0, None, None, None  # a node has GPUs enough already (placement failed otherwise)
     elif any(index.capacity(dom, classes, g)[0] >= req.replicas for dom in topo.by_depth[depth]):
-        return 0, None, None  # the same for a domain
+        return 0, None, None, None  # the same for a domain
     counts: dict[int, int] = {}  # domain at `depth` -> replicas its nodes hold, once touched
     alloc: dict[int, int] = {}  # node -> allocated mask after the releases so far, once touched
     avail: dict[int, int] = {}  # node -> its available GPUs then
@@ -229,7 +286,8 @@ def _first_possible(
         cpus, memory = spec.cpus_per_replica, spec.memory_gib_per_replica
         reached: list[int] = []
         for node, mask in attempt.placement:
-            releases.append((node, mask, cpus, memory, exclusive))
+            if collect:
+                releases.append((node, mask, cpus, memory, exclusive))
             if node_class[node] not in allowed:
                 continue
             left = alloc.get(node, state.alloc[node]) & ~mask
@@ -255,12 +313,14 @@ def _first_possible(
             if count >= req.replicas:
                 reached.append(dom)
         if reached:
+            counted = Released(state, classes, alloc, avail, freed_exclusive)
+            out = releases if collect else None
             if depth == 0:
-                return i, None, releases
+                return i, None, out, counted
             if depth < 0:
-                return i, frozenset(reached), releases
-            return i, frozenset(n for dom in reached for n in topo.domains[dom].nodes), releases
-    return None, None, None
+                return i, frozenset(reached), out, counted
+            return i, frozenset(n for dom in reached for n in topo.domains[dom].nodes), out, counted
+    return None, None, None, None
 
 
 def hold(state: ClusterState, reservation: Reservation) -> None:
