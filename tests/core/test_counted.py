@@ -11,6 +11,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from corral.core import reserve
 from corral.core.counted import Released, countable, place_counts
 from corral.core.cycle import schedule
 from corral.core.model import JobId, JobSpec, Launch, NodeName, NodeSpec, QueueName, QueueSpec
@@ -119,3 +120,41 @@ def test_counts_alone_would_place_a_gang_where_its_cpus_do_not_fit() -> None:
     assert _placed(state, req) == [(1, 2), (2, 2)]
     assert place_counts(state, replace(req, cpus=0), {}) == [(0, 2), (1, 2)]
     assert not countable(req)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_miss_told_on_counts_is_the_miss_of_lifting_and_placing(data: st.DataObject) -> None:
+    """`reserve.misses_lifted` (backfill) answers as lifting the reservations and placing does."""
+    state = data.draw(clusters())
+    n_queues, policy = len(state.queues), load_policy("default")
+    for cycle in range(3):
+        for spec in data.draw(mixed_jobs(n_queues, 10 * cycle)):
+            try:
+                state.submit(spec)
+            except ValueError:
+                continue
+        schedule(state, policy, float(cycle))
+    held: list[reserve.Reservation] = []
+    for spec in data.draw(mixed_jobs(n_queues, 100)):
+        try:
+            found = reserve.earliest_fit(state, request_for(state, spec), 3.0)
+        except ValueError:
+            continue
+        if found is not None:
+            found = reserve.Reservation(spec.id, found.start + data.draw(st.integers(0, 3)), found.capacity)
+            reserve.hold(state, found)
+            held.append(found)
+    for spec in data.draw(mixed_jobs(n_queues, 200)):
+        try:
+            req = request_for(state, spec)
+        except ValueError:
+            continue
+        ends_by = float(data.draw(st.integers(0, 12)))
+        lifted = [r for r in held if r.start >= ends_by]
+        told = reserve.misses_lifted(state, req, lifted, frozenset())
+        mark = state.plan.checkpoint()
+        reserve.lift(state, lifted, ends_by)
+        missed = not isinstance(place(state, req, explain=False), list)
+        state.plan.rollback(mark)
+        assert told == (missed and countable(req))

@@ -337,6 +337,20 @@ def lift(state: ClusterState, reservations: list[Reservation], ends_by: float) -
                 state.set_reserved(node, state.reserved[node] - gpus)
 
 
+def misses_lifted(state: ClusterState, req: Request, lifted: list[Reservation], avoid: frozenset[int]) -> bool:
+    """Whether the gang surely misses even with these reservations lifted, told on counts
+    (`counted.place_counts`) without lifting them; False when it may place, or when counts alone
+    cannot tell (then `lift` and `place` decide)."""
+    if avoid or not countable(req):
+        return False
+    gpus: dict[int, int] = {}
+    for r in lifted:
+        for node, count in r.capacity:
+            gpus[node] = gpus.get(node, 0) + count
+    avail = {node: state.available_lifting(node, count) for node, count in gpus.items()}
+    return place_counts(state, req, avail) is None
+
+
 def clear(state: ClusterState, reservations: list[Reservation]) -> None:
     """Drop every reservation at the end of a cycle (they are recomputed each cycle)."""
     for r in reservations:
