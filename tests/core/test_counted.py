@@ -1,7 +1,7 @@
 """Placement on counts (`core/counted.py`): where `place_counts` puts a gang, with some attempts
 released only in the counts, is where releasing them in the state and placing puts it, on
 random clusters (CPUs, memory, NVLink groups, cordoned nodes, unhealthy GPUs, whole-node jobs);
-the counts of `Released` are the index's after the same releases, also after undoing some; and
+the counts of `ReleaseCounts` are the index's after the same releases, also after undoing some; and
 the requests that counts alone cannot decide are refused."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corral.core import reserve
-from corral.core.counted import Released, countable, place_counts
+from corral.core.counted import ReleaseCounts, countable, place_counts
 from corral.core.cycle import schedule
 from corral.core.model import JobId, JobSpec, Launch, NodeName, NodeSpec, QueueName, QueueSpec
 from corral.core.placement import Request, place
@@ -63,7 +63,7 @@ def test_placing_on_counts_answers_as_releasing_and_placing(data: st.DataObject)
             req = request_for(state, spec)
         except ValueError:
             continue
-        counts = Released(state, req.classes)
+        counts = ReleaseCounts(state, req.classes)
         for job_id in released:
             counts.release(job_id)
         for _ in range(undone):

@@ -66,7 +66,7 @@ class _View:
     """The free-count index as it would be with the nodes of `avail` at those counts, for one
     request (each domain's change of capacity and of nodes per count computed once)."""
 
-    __slots__ = ("buckets", "depth", "into", "moved", "node_domains", "per_dom", "per_k")
+    __slots__ = ("buckets", "changes", "depth", "g", "into", "moved", "node_domains", "per_dom", "per_k")
 
     def __init__(self, state: ClusterState, req: Request, avail: dict[int, int]) -> None:
         base = state.index.avail
@@ -78,26 +78,39 @@ class _View:
         moved: set[int] = set()
         into: dict[tuple[int, int], list[int]] = {}  # (class, count) -> nodes moved there, by id
         per_dom: dict[int, tuple[int, int]] = {}  # domain -> change of (replicas, GPUs)
-        per_k: dict[int, dict[int, int]] = {}  # domain -> count -> change of nodes (counts >= g)
+        changes: list[tuple[int, int, int]] = []  # (node, old, new)
         for node, new in avail.items():
             old = base[node]
             if new == old or node_class[node] not in classes:
                 continue  # (`place` reads the nodes of the request's classes only)
             moved.add(node)
+            changes.append((node, old, new))
             into.setdefault((node_class[node], new), []).append(node)
+            reps, gpus = new // g - old // g, new - old
             for dom in node_domains[node]:
-                reps, gpus = per_dom.get(dom, (0, 0))
-                per_dom[dom] = (reps + new // g - old // g, gpus + new - old)
-                ks = per_k.get(dom)
-                if ks is None:
-                    ks = per_k[dom] = {}
-                if old >= g:
-                    ks[old] = ks.get(old, 0) - 1
-                if new >= g:
-                    ks[new] = ks.get(new, 0) + 1
+                was = per_dom.get(dom)
+                per_dom[dom] = (reps, gpus) if was is None else (was[0] + reps, was[1] + gpus)
         for nodes in into.values():
             nodes.sort()
-        self.moved, self.into, self.per_dom, self.per_k = moved, into, per_dom, per_k
+        self.moved, self.into, self.per_dom, self.changes, self.g = moved, into, per_dom, changes, g
+        self.per_k: dict[int, dict[int, int]] | None = None  # domain -> count -> change of nodes
+
+    def _per_k(self) -> dict[int, dict[int, int]]:
+        """For each domain, the change of its number of nodes per count (counts of `g` or more)."""
+        if self.per_k is None:
+            g = self.g
+            per_k: dict[int, dict[int, int]] = {}
+            for node, old, new in self.changes:
+                for dom in self.node_domains[node]:
+                    ks = per_k.get(dom)
+                    if ks is None:
+                        ks = per_k[dom] = {}
+                    if old >= g:
+                        ks[old] = ks.get(old, 0) - 1
+                    if new >= g:
+                        ks[new] = ks.get(new, 0) + 1
+            self.per_k = per_k
+        return self.per_k
 
     def _inside(self, node: int, dom: int) -> bool:
         return dom == 0 or self.node_domains[node][self.depth[dom]] == dom
@@ -160,7 +173,7 @@ class _View:
             for k in range(g, len(bl)):
                 if bl[k]:
                     per_k[k] = per_k.get(k, 0) + len(bl[k])
-        for k, change in self.per_k.get(dom, {}).items():
+        for k, change in self._per_k().get(dom, {}).items():
             per_k[k] = per_k.get(k, 0) + change
         left, nodes = replicas, 0
         for k in sorted(per_k, reverse=True):
@@ -216,7 +229,7 @@ class _View:
         return chosen
 
 
-class Released:
+class ReleaseCounts:
     """The available GPUs of the nodes of some classes as running attempts are released in turn,
     counted outside the state as `NodeTable._refresh` would (`avail`: the nodes touched so far);
     the last releases can be undone (the reservation search's binary search goes back)."""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from heapq import merge
 
-from corral.core.counted import Released, countable, place_counts
+from corral.core.counted import ReleaseCounts, countable, place_counts
 from corral.core.estimates import Estimate
 from corral.core.model import INFINITY, JobId, NodeState
 from corral.core.placement import Request, place
@@ -113,13 +113,13 @@ def _counted(
     ends: Sequence[tuple[float, int, JobId]],
     first: int,
     where: frozenset[int] | None,
-    counts: Released | None,
+    counts: ReleaseCounts | None,
 ) -> Reservation | None:
     """`_earliest_fit` for a gang that placement decides on counts alone (`counted.countable`):
-    the same releases and placements, counted outside the state (`counted.Released`,
+    the same releases and placements, counted outside the state (`counted.ReleaseCounts`,
     `counted.place_counts`), which is left untouched."""
     if req.max_span < len(state.topology.span_names) - 1 and where is not None:
-        inside = Released(state, req.classes)
+        inside = ReleaseCounts(state, req.classes)
         running = state.running
         for _, _, job_id in ends[: first + 1]:
             if any(node in where for node, _ in running[job_id].placement):
@@ -128,7 +128,7 @@ def _counted(
         if found is not None:
             return Reservation("", max(ends[first][0], now), tuple(found))
     if counts is None:
-        counts = Released(state, req.classes)
+        counts = ReleaseCounts(state, req.classes)
         for _, _, job_id in ends[: first + 1]:
             counts.release(job_id)
     at = [first]  # the last release counted (the search never goes back before `first`)
@@ -254,13 +254,13 @@ def _gallop(
 def _first_possible(
     state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]], collect: bool = True
 ) -> tuple[
-    int | None, frozenset[int] | None, list[tuple[int, int, int, float, bool]] | None, Released | None
+    int | None, frozenset[int] | None, list[tuple[int, int, int, float, bool]] | None, ReleaseCounts | None
 ]:
     """The first release after which some domain the gang may use has GPUs enough for it, by
     count (an upper bound of what placement finds: NVLink groups, CPUs and memory aside), the
     nodes of the domains that reached it then (None: the whole cluster, or already before any
     release), and what the releases up to it give back (`_releases`; None when nothing was
-    released, or `collect` off) and the counts then (`counted.Released`; None when nothing was
+    released, or `collect` off) and the counts then (`counted.ReleaseCounts`; None when nothing was
     released); (None, None, None, None) when no domain ever does. Counts nodes' available GPUs
     as the index does (`NodeTable.available`, inlined), without the plan."""
     topo, index = state.topology, state.index
@@ -313,7 +313,7 @@ def _first_possible(
             if count >= req.replicas:
                 reached.append(dom)
         if reached:
-            counted = Released(state, classes, alloc, avail, freed_exclusive)
+            counted = ReleaseCounts(state, classes, alloc, avail, freed_exclusive)
             out = releases if collect else None
             if depth == 0:
                 return i, None, out, counted
@@ -340,15 +340,26 @@ def lift(state: ClusterState, reservations: list[Reservation], ends_by: float) -
 def misses_lifted(state: ClusterState, req: Request, lifted: list[Reservation], avoid: frozenset[int]) -> bool:
     """Whether the gang surely misses even with these reservations lifted, told on counts
     (`counted.place_counts`) without lifting them; False when it may place, or when counts alone
-    cannot tell (then `lift` and `place` decide)."""
+    cannot tell (then `lift` and `place` decide). Remembered while no node changes
+    (`ClusterState.node_version`): the jobs of a family tried for backfill in one cycle lift the
+    same reservations."""
     if avoid or not countable(req):
         return False
+    version, memo = state.lift_memo
+    if version != state.node_version:  # (every change of what placing reads bumps it)
+        memo = {}
+        state.lift_memo = (state.node_version, memo)
+    key = (req, tuple((r.job, r.start) for r in lifted))
+    known = memo.get(key)
+    if known is not None:
+        return known
     gpus: dict[int, int] = {}
     for r in lifted:
         for node, count in r.capacity:
             gpus[node] = gpus.get(node, 0) + count
     avail = {node: state.available_lifting(node, count) for node, count in gpus.items()}
-    return place_counts(state, req, avail) is None
+    missed = memo[key] = place_counts(state, req, avail) is None
+    return missed
 
 
 def clear(state: ClusterState, reservations: list[Reservation]) -> None:
