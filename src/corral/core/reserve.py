@@ -280,39 +280,51 @@ def _first_possible(
     releases: list[tuple[int, int, int, float, bool]] = []
     running, node_class, up = state.running, state.node_class, NodeState.UP
     node_state, healthy, held, reserved = state.node_state, state.healthy, state.held, state.reserved
+    state_alloc, state_exclusive, index_avail = state.alloc, state.exclusive, index.avail
+    node_domains, replicas, gpus = topo.node_domains, req.replicas, req.gpus
+    root = index.capacity(0, classes, g)[0] if depth == 0 else 0  # the cluster's count (depth 0)
     for i, (_, _, job_id) in enumerate(ends):
         attempt = running[job_id]
-        spec, exclusive = attempt.spec, attempt.exclusive
-        cpus, memory = spec.cpus_per_replica, spec.memory_gib_per_replica
-        reached: list[int] = []
-        for node, mask in attempt.placement:
-            if collect:
+        exclusive = attempt.exclusive
+        if collect:
+            spec = attempt.spec
+            cpus, memory = spec.cpus_per_replica, spec.memory_gib_per_replica
+            for node, mask in attempt.placement:
                 releases.append((node, mask, cpus, memory, exclusive))
+        reached: list[int] | None = None
+        for node, mask in attempt.placement:
             if node_class[node] not in allowed:
                 continue
-            left = alloc.get(node, state.alloc[node]) & ~mask
+            before = alloc.get(node)
+            left = (state_alloc[node] if before is None else before) & ~mask
             alloc[node] = left
             if exclusive:
                 freed_exclusive.add(node)
-            if node_state[node] is not up or (state.exclusive[node] and node not in freed_exclusive):
+            if node_state[node] is not up or (state_exclusive[node] and node not in freed_exclusive):
                 new = 0
             else:
                 new = max(0, (healthy[node] & ~left & ~held[node]).bit_count() - reserved[node])
-            old = avail.get(node, index.avail[node])
+            was = avail.get(node)
+            old = index_avail[node] if was is None else was
             avail[node] = new
-            if depth < 0:
-                if new >= req.gpus:
-                    reached.append(node)
+            if depth == 0:
+                root += new // g - old // g
+                if root >= replicas:
+                    reached = [0]
                 continue
-            dom = topo.node_domains[node][depth]
+            if depth < 0:
+                if new >= gpus:
+                    reached = [node] if reached is None else [*reached, node]
+                continue
+            dom = node_domains[node][depth]
             count = counts.get(dom)
             if count is None:
                 count = index.capacity(dom, classes, g)[0]
             count += new // g - old // g
             counts[dom] = count
-            if count >= req.replicas:
-                reached.append(dom)
-        if reached:
+            if count >= replicas:
+                reached = [dom] if reached is None else [*reached, dom]
+        if reached is not None:
             counted = ReleaseCounts(state, classes, alloc, avail, freed_exclusive)
             out = releases if collect else None
             if depth == 0:
