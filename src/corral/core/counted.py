@@ -22,7 +22,13 @@ from corral.core.state import ClusterState
 
 def countable(req: Request) -> bool:
     """Whether `place` decides this gang on nodes' available GPU counts alone."""
-    return req.gpus_per_replica > 0 and not req.per_node and not req.cpus and not req.memory and not req.multi_group
+    return (
+        req.gpus_per_replica > 0
+        and not req.per_node
+        and not req.cpus
+        and not req.memory
+        and not req.multi_group
+    )
 
 
 def place_counts(state: ClusterState, req: Request, avail: dict[int, int]) -> list[tuple[int, int]] | None:
@@ -234,7 +240,7 @@ class ReleaseCounts:
     counted outside the state as `NodeTable._refresh` would (`avail`: the nodes touched so far);
     the last releases can be undone (the reservation search's binary search goes back)."""
 
-    __slots__ = ("_log", "allowed", "alloc", "avail", "freed", "state")
+    __slots__ = ("_log", "alloc", "allowed", "avail", "freed", "state")
 
     def __init__(
         self,

@@ -349,7 +349,9 @@ def lift(state: ClusterState, reservations: list[Reservation], ends_by: float) -
                 state.set_reserved(node, state.reserved[node] - gpus)
 
 
-def misses_lifted(state: ClusterState, req: Request, lifted: list[Reservation], avoid: frozenset[int]) -> bool:
+def misses_lifted(
+    state: ClusterState, req: Request, lifted: list[Reservation], avoid: frozenset[int]
+) -> bool:
     """Whether the gang surely misses even with these reservations lifted, told on counts
     (`counted.place_counts`) without lifting them; False when it may place, or when counts alone
     cannot tell (then `lift` and `place` decide). Remembered while no node changes
