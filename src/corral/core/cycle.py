@@ -319,7 +319,7 @@ class _Cycle:
         state = self.state
         ends_by = self.now + (job.spec.time_limit or 0.0)
         lifted = [r for r in self.reservations if r.start >= ends_by]
-        if not lifted:
+        if not lifted or reserve.misses_lifted(state, req, lifted, job.avoid_nodes):
             return False
         checkpoint = state.plan.checkpoint()
         reserve.lift(state, lifted, ends_by)

@@ -102,6 +102,8 @@ class NodeTable:
         self.reserved_at: dict[int, int] = {}  # node -> reserved GPUs, where any
         # `reserve.earliest_fit` answers per request: (base id, reserved GPUs, answer)
         self.fit_memo: dict[Request, tuple[int, tuple[tuple[int, int], ...], object]] = {}
+        # `reserve.misses_lifted` answers at one node version, per (request, reservations lifted)
+        self.lift_memo: tuple[int, dict[tuple[Request, tuple[tuple[str, float], ...]], bool]] = (-1, {})
 
     def add_node(self, spec: NodeSpec, state: NodeState = NodeState.UP) -> int:
         if spec.name in self.node_ids:

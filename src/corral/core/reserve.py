@@ -10,10 +10,11 @@ them unless they end (by their time limit) before every reservation they would t
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from heapq import merge
 
+from corral.core.counted import ReleaseCounts, countable, place_counts
 from corral.core.estimates import Estimate
 from corral.core.model import INFINITY, JobId, NodeState
 from corral.core.placement import Request, place
@@ -88,9 +89,12 @@ def _earliest_fit(
     last = len(state.topology.span_names) - 1
     if req.gpus_per_replica == 0:
         return _search(state, req, now, ends, 0, _releases(state, [ends[0][2]]))
-    first, where, releases = _first_possible(state, req, ends)
+    counted = countable(req)
+    first, where, releases, counts = _first_possible(state, req, ends, not counted)
     if first is None:
         return None  # even once every attempt with an end has ended, no domain has GPUs enough
+    if counted:
+        return _counted(state, req, now, ends, first, where, counts)
     if releases is None:
         releases = _releases(state, [j for _, _, j in ends[: first + 1]])
     if req.max_span >= last:  # anywhere: nothing fits before the cluster has GPUs enough by count
@@ -100,6 +104,45 @@ def _earliest_fit(
         if found is not None:
             return Reservation("", max(ends[first][0], now), tuple(found))
     return _search(state, req, now, ends, first, releases)
+
+
+def _counted(
+    state: ClusterState,
+    req: Request,
+    now: float,
+    ends: Sequence[tuple[float, int, JobId]],
+    first: int,
+    where: frozenset[int] | None,
+    counts: ReleaseCounts | None,
+) -> Reservation | None:
+    """`_earliest_fit` for a gang that placement decides on counts alone (`counted.countable`):
+    the same releases and placements, counted outside the state (`counted.ReleaseCounts`,
+    `counted.place_counts`), which is left untouched."""
+    if req.max_span < len(state.topology.span_names) - 1 and where is not None:
+        inside = ReleaseCounts(state, req.classes)
+        running = state.running
+        for _, _, job_id in ends[: first + 1]:
+            if any(node in where for node, _ in running[job_id].placement):
+                inside.release(job_id)
+        found = place_counts(state, req, inside.avail)
+        if found is not None:
+            return Reservation("", max(ends[first][0], now), tuple(found))
+    if counts is None:
+        counts = ReleaseCounts(state, req.classes)
+        for _, _, job_id in ends[: first + 1]:
+            counts.release(job_id)
+    at = [first]  # the last release counted (the search never goes back before `first`)
+
+    def fits_after(last: int) -> list[tuple[int, int]] | None:
+        while at[0] > last:
+            counts.undo()
+            at[0] -= 1
+        while at[0] < last:
+            at[0] += 1
+            counts.release(ends[at[0]][2])
+        return place_counts(state, req, counts.avail)
+
+    return _gallop(fits_after, ends, now, first)
 
 
 def _placed_counts(state: ClusterState, req: Request) -> list[tuple[int, int]] | None:
@@ -175,37 +218,51 @@ def _search(
         return _placed_counts(state, req)
 
     try:
-        failed, step, probe = first - 1, 1, first
-        while True:
-            found = fits_after(probe)
-            if found is not None or probe == len(ends) - 1:
-                break
-            failed, probe, step = probe, min(probe + step, len(ends) - 1), step * 2
-        if found is None:
-            return None
-        lo, hi = failed, probe  # fails after lo releases (-1: none), fits after hi
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            result = fits_after(mid)
-            if result is not None:
-                hi, found = mid, result
-            else:
-                lo = mid
-        return Reservation("", max(ends[hi][0], now), tuple(found))
+        return _gallop(fits_after, ends, now, first)
     finally:
         state.plan.rollback(base)
         state.restore(released)
 
 
+def _gallop(
+    fits_after: Callable[[int], list[tuple[int, int]] | None],
+    ends: Sequence[tuple[float, int, JobId]],
+    now: float,
+    first: int,
+) -> Reservation | None:
+    """The first release at or after `first` after which the gang fits: galloping (1, 2, 4, ...
+    more releases), then binary search over the last stretch."""
+    failed, step, probe = first - 1, 1, first
+    while True:
+        found = fits_after(probe)
+        if found is not None or probe == len(ends) - 1:
+            break
+        failed, probe, step = probe, min(probe + step, len(ends) - 1), step * 2
+    if found is None:
+        return None
+    lo, hi = failed, probe  # fails after lo releases (-1: none), fits after hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        result = fits_after(mid)
+        if result is not None:
+            hi, found = mid, result
+        else:
+            lo = mid
+    return Reservation("", max(ends[hi][0], now), tuple(found))
+
+
 def _first_possible(
-    state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]]
-) -> tuple[int | None, frozenset[int] | None, list[tuple[int, int, int, float, bool]] | None]:
+    state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]], collect: bool = True
+) -> tuple[
+    int | None, frozenset[int] | None, list[tuple[int, int, int, float, bool]] | None, ReleaseCounts | None
+]:
     """The first release after which some domain the gang may use has GPUs enough for it, by
     count (an upper bound of what placement finds: NVLink groups, CPUs and memory aside), the
     nodes of the domains that reached it then (None: the whole cluster, or already before any
     release), and what the releases up to it give back (`_releases`; None when nothing was
-    released); (None, None, None) when no domain ever does. Counts nodes' available GPUs as the
-    index does (`NodeTable.available`, inlined), without the plan."""
+    released, or `collect` off) and the counts then (`counted.ReleaseCounts`; None when nothing was
+    released); (None, None, None, None) when no domain ever does. Counts nodes' available GPUs
+    as the index does (`NodeTable.available`, inlined), without the plan."""
     topo, index = state.topology, state.index
     g, classes = req.gpus_per_replica, req.classes
     allowed = set(classes)
@@ -213,9 +270,9 @@ def _first_possible(
     depth = -1 if req.max_span <= 1 else (topo.depth_of_span(req.max_span) if req.max_span < last else 0)
     if depth < 0:
         if index.best_fit(0, classes, req.gpus) >= 0:
-            return 0, None, None  # a node has GPUs enough already (placement failed otherwise)
+            return 0, None, None, None  # a node has GPUs enough already (placement failed otherwise)
     elif any(index.capacity(dom, classes, g)[0] >= req.replicas for dom in topo.by_depth[depth]):
-        return 0, None, None  # the same for a domain
+        return 0, None, None, None  # the same for a domain
     counts: dict[int, int] = {}  # domain at `depth` -> replicas its nodes hold, once touched
     alloc: dict[int, int] = {}  # node -> allocated mask after the releases so far, once touched
     avail: dict[int, int] = {}  # node -> its available GPUs then
@@ -223,44 +280,59 @@ def _first_possible(
     releases: list[tuple[int, int, int, float, bool]] = []
     running, node_class, up = state.running, state.node_class, NodeState.UP
     node_state, healthy, held, reserved = state.node_state, state.healthy, state.held, state.reserved
+    state_alloc, state_exclusive, index_avail = state.alloc, state.exclusive, index.avail
+    node_domains, replicas, gpus = topo.node_domains, req.replicas, req.gpus
+    root = index.capacity(0, classes, g)[0] if depth == 0 else 0  # the cluster's count (depth 0)
     for i, (_, _, job_id) in enumerate(ends):
         attempt = running[job_id]
-        spec, exclusive = attempt.spec, attempt.exclusive
-        cpus, memory = spec.cpus_per_replica, spec.memory_gib_per_replica
-        reached: list[int] = []
+        exclusive = attempt.exclusive
+        if collect:
+            spec = attempt.spec
+            cpus, memory = spec.cpus_per_replica, spec.memory_gib_per_replica
+            for node, mask in attempt.placement:
+                releases.append((node, mask, cpus, memory, exclusive))
+        reached: list[int] | None = None
         for node, mask in attempt.placement:
-            releases.append((node, mask, cpus, memory, exclusive))
             if node_class[node] not in allowed:
                 continue
-            left = alloc.get(node, state.alloc[node]) & ~mask
+            before = alloc.get(node)
+            left = (state_alloc[node] if before is None else before) & ~mask
             alloc[node] = left
             if exclusive:
                 freed_exclusive.add(node)
-            if node_state[node] is not up or (state.exclusive[node] and node not in freed_exclusive):
+            if node_state[node] is not up or (state_exclusive[node] and node not in freed_exclusive):
                 new = 0
             else:
                 new = max(0, (healthy[node] & ~left & ~held[node]).bit_count() - reserved[node])
-            old = avail.get(node, index.avail[node])
+            was = avail.get(node)
+            old = index_avail[node] if was is None else was
             avail[node] = new
-            if depth < 0:
-                if new >= req.gpus:
-                    reached.append(node)
+            if depth == 0:
+                root += new // g - old // g
+                if root >= replicas:
+                    reached = [0]
                 continue
-            dom = topo.node_domains[node][depth]
+            if depth < 0:
+                if new >= gpus:
+                    reached = [node] if reached is None else [*reached, node]
+                continue
+            dom = node_domains[node][depth]
             count = counts.get(dom)
             if count is None:
                 count = index.capacity(dom, classes, g)[0]
             count += new // g - old // g
             counts[dom] = count
-            if count >= req.replicas:
-                reached.append(dom)
-        if reached:
+            if count >= replicas:
+                reached = [dom] if reached is None else [*reached, dom]
+        if reached is not None:
+            counted = ReleaseCounts(state, classes, alloc, avail, freed_exclusive)
+            out = releases if collect else None
             if depth == 0:
-                return i, None, releases
+                return i, None, out, counted
             if depth < 0:
-                return i, frozenset(reached), releases
-            return i, frozenset(n for dom in reached for n in topo.domains[dom].nodes), releases
-    return None, None, None
+                return i, frozenset(reached), out, counted
+            return i, frozenset(n for dom in reached for n in topo.domains[dom].nodes), out, counted
+    return None, None, None, None
 
 
 def hold(state: ClusterState, reservation: Reservation) -> None:
@@ -275,6 +347,33 @@ def lift(state: ClusterState, reservations: list[Reservation], ends_by: float) -
         if r.start >= ends_by:
             for node, gpus in r.capacity:
                 state.set_reserved(node, state.reserved[node] - gpus)
+
+
+def misses_lifted(
+    state: ClusterState, req: Request, lifted: list[Reservation], avoid: frozenset[int]
+) -> bool:
+    """Whether the gang surely misses even with these reservations lifted, told on counts
+    (`counted.place_counts`) without lifting them; False when it may place, or when counts alone
+    cannot tell (then `lift` and `place` decide). Remembered while no node changes
+    (`ClusterState.node_version`): the jobs of a family tried for backfill in one cycle lift the
+    same reservations."""
+    if avoid or not countable(req):
+        return False
+    version, memo = state.lift_memo
+    if version != state.node_version:  # (every change of what placing reads bumps it)
+        memo = {}
+        state.lift_memo = (state.node_version, memo)
+    key = (req, tuple((r.job, r.start) for r in lifted))
+    known = memo.get(key)
+    if known is not None:
+        return known
+    gpus: dict[int, int] = {}
+    for r in lifted:
+        for node, count in r.capacity:
+            gpus[node] = gpus.get(node, 0) + count
+    avail = {node: state.available_lifting(node, count) for node, count in gpus.items()}
+    missed = memo[key] = place_counts(state, req, avail) is None
+    return missed
 
 
 def clear(state: ClusterState, reservations: list[Reservation]) -> None:

@@ -1,0 +1,302 @@
+"""Where a gang would place were some nodes' available GPUs different, decided on the counts
+alone: the reservation search's tentative placements, without releasing anything in the state.
+
+`place` (`core/placement.py`) decides a gang that asks for GPUs and no CPUs or memory, is not
+node-exclusive and may use no class with several NVLink groups on the nodes' available counts
+alone: `_nvlink_fit` is a best fit over single-group classes, the domains are chosen by their
+capacities and `nodes_needed`, `_fill` takes nodes from the free-count buckets (sorted by node
+id) and a node holds `avail // g` replicas; the GPUs inside a node do not change which nodes or
+how many GPUs on each. `place_counts` answers as `place(explain=False, take=False)` would on the
+state where the nodes of `avail` have those counts, as (node, GPUs) sorted by node: the
+buckets are read with the changed nodes moved (a bucket's order is a function of the counts
+alone, `core/index.py`), and nothing is written (`tests/core/test_counted.py` compares it with
+releasing and placing).
+"""
+
+from __future__ import annotations
+
+from corral.core.model import JobId, NodeState
+from corral.core.placement import Request
+from corral.core.state import ClusterState
+
+
+def countable(req: Request) -> bool:
+    """Whether `place` decides this gang on nodes' available GPU counts alone."""
+    return (
+        req.gpus_per_replica > 0
+        and not req.per_node
+        and not req.cpus
+        and not req.memory
+        and not req.multi_group
+    )
+
+
+def place_counts(state: ClusterState, req: Request, avail: dict[int, int]) -> list[tuple[int, int]] | None:
+    """(node, GPUs) where `place` puts a countable gang were the nodes of `avail` (of the
+    request's classes; others are read from the index) at those available counts; None if
+    nowhere."""
+    view = _View(state, req, avail)
+    g, reps, classes = req.gpus_per_replica, req.replicas, req.classes
+    node = view.best_fit(0, req.single_group, req.gpus) if req.single_group else -1
+    if node >= 0:
+        return [(node, req.gpus)]
+    if view.capacity(0, classes, g)[0] < reps:
+        return None
+    if req.max_span == 0:
+        return None
+    node = view.best_fit(0, classes, req.gpus)
+    if node >= 0:
+        return [(node, req.gpus)]
+    topo = state.topology
+    n_spans = len(topo.span_names)
+    for span in range(2, min(req.max_span, n_spans - 1) + 1):
+        depth = topo.depth_of_span(span)
+        best: tuple[int, int, int] | None = None
+        for dom in topo.by_depth[depth]:
+            cap, free = view.capacity(dom, classes, g)
+            if cap < reps:
+                continue
+            key = (view.nodes_needed(dom, classes, g, reps), free - req.gpus, dom)
+            if best is None or key < best:
+                best = key
+        if best is not None:
+            placed = view.fill(best[2], req)
+            if placed is not None:
+                return placed
+    if req.max_span < n_spans - 1:
+        return None
+    return view.fill(0, req)
+
+
+class _View:
+    """The free-count index as it would be with the nodes of `avail` at those counts, for one
+    request (each domain's change of capacity and of nodes per count computed once)."""
+
+    __slots__ = ("buckets", "changes", "depth", "g", "into", "moved", "node_domains", "per_dom", "per_k")
+
+    def __init__(self, state: ClusterState, req: Request, avail: dict[int, int]) -> None:
+        base = state.index.avail
+        self.buckets = state.index.buckets
+        node_class = state.node_class
+        self.node_domains = node_domains = state.topology.node_domains
+        self.depth = [d.depth for d in state.topology.domains]
+        classes, g = set(req.classes), req.gpus_per_replica
+        moved: set[int] = set()
+        into: dict[tuple[int, int], list[int]] = {}  # (class, count) -> nodes moved there, by id
+        per_dom: dict[int, tuple[int, int]] = {}  # domain -> change of (replicas, GPUs)
+        changes: list[tuple[int, int, int]] = []  # (node, old, new)
+        for node, new in avail.items():
+            old = base[node]
+            if new == old or node_class[node] not in classes:
+                continue  # (`place` reads the nodes of the request's classes only)
+            moved.add(node)
+            changes.append((node, old, new))
+            into.setdefault((node_class[node], new), []).append(node)
+            reps, gpus = new // g - old // g, new - old
+            for dom in node_domains[node]:
+                was = per_dom.get(dom)
+                per_dom[dom] = (reps, gpus) if was is None else (was[0] + reps, was[1] + gpus)
+        for nodes in into.values():
+            nodes.sort()
+        self.moved, self.into, self.per_dom, self.changes, self.g = moved, into, per_dom, changes, g
+        self.per_k: dict[int, dict[int, int]] | None = None  # domain -> count -> change of nodes
+
+    def _per_k(self) -> dict[int, dict[int, int]]:
+        """For each domain, the change of its number of nodes per count (counts of `g` or more)."""
+        if self.per_k is None:
+            g = self.g
+            per_k: dict[int, dict[int, int]] = {}
+            for node, old, new in self.changes:
+                for dom in self.node_domains[node]:
+                    ks = per_k.get(dom)
+                    if ks is None:
+                        ks = per_k[dom] = {}
+                    if old >= g:
+                        ks[old] = ks.get(old, 0) - 1
+                    if new >= g:
+                        ks[new] = ks.get(new, 0) + 1
+            self.per_k = per_k
+        return self.per_k
+
+    def _inside(self, node: int, dom: int) -> bool:
+        return dom == 0 or self.node_domains[node][self.depth[dom]] == dom
+
+    def first(self, dom: int, cls: int, k: int, skip: set[int]) -> int:
+        """The lowest node id of bucket `k` of class `cls` in `dom` not in `skip`; -1 if none."""
+        moved = self.moved
+        best = -1
+        for node in self.buckets[dom][cls][k]:
+            if node not in moved and node not in skip:
+                best = node
+                break
+        for node in self.into.get((cls, k), ()):
+            if best >= 0 and node > best:
+                break
+            if node not in skip and self._inside(node, dom):
+                return node
+        return best
+
+    def best_fit(self, dom: int, classes: tuple[int, ...], need: int) -> int:
+        """`FreeIndex.best_fit`."""
+        best, best_k = -1, 1 << 30
+        per_class = self.buckets[dom]
+        none: set[int] = set()
+        for cls in classes:
+            bl = per_class.get(cls)
+            if bl is None:
+                continue
+            for k in range(need, min(len(bl), best_k)):
+                node = self.first(dom, cls, k, none)
+                if node >= 0:
+                    best, best_k = node, k
+                    break
+        return best
+
+    def capacity(self, dom: int, classes: tuple[int, ...], g: int) -> tuple[int, int]:
+        """`FreeIndex.capacity` (for the request's classes and GPUs per replica)."""
+        replicas = total = 0
+        per_class = self.buckets[dom]
+        for cls in classes:
+            bl = per_class.get(cls)
+            if bl is None:
+                continue
+            for k in range(1, len(bl)):
+                count = len(bl[k])
+                if count:
+                    total += count * k
+                    replicas += count * (k // g)
+        reps, gpus = self.per_dom.get(dom, (0, 0))
+        return replicas + reps, total + gpus
+
+    def nodes_needed(self, dom: int, classes: tuple[int, ...], g: int, replicas: int) -> int:
+        """`FreeIndex.nodes_needed` (for the request's classes and GPUs per replica)."""
+        per_k: dict[int, int] = {}
+        per_class = self.buckets[dom]
+        for cls in classes:
+            bl = per_class.get(cls)
+            if bl is None:
+                continue
+            for k in range(g, len(bl)):
+                if bl[k]:
+                    per_k[k] = per_k.get(k, 0) + len(bl[k])
+        for k, change in self._per_k().get(dom, {}).items():
+            per_k[k] = per_k.get(k, 0) + change
+        left, nodes = replicas, 0
+        for k in sorted(per_k, reverse=True):
+            count = per_k[k]
+            if not count:
+                continue
+            take = min(count, -(-left // (k // g)))
+            nodes += take
+            left -= take * (k // g)
+            if left <= 0:
+                return nodes
+        return 1 << 30
+
+    def fill(self, dom: int, req: Request) -> list[tuple[int, int]] | None:
+        """`placement._fill` (the smallest node holding the rest, else the largest), by node."""
+        g, left = req.gpus_per_replica, req.replicas
+        chosen: list[tuple[int, int]] = []
+        skip: set[int] = set()
+        per_class = self.buckets[dom]
+        while left:
+            need = left * g
+            best, best_k = -1, 1 << 30
+            for cls in req.classes:
+                bl = per_class.get(cls)
+                if bl is None:
+                    continue
+                for k in range(need, min(len(bl), best_k)):
+                    node = self.first(dom, cls, k, skip)
+                    if node >= 0:
+                        best, best_k = node, k
+                        break
+            if best >= 0:
+                chosen.append((best, left * g))
+                break
+            largest, most = -1, 0
+            for cls in req.classes:
+                bl = per_class.get(cls)
+                if bl is None:
+                    continue
+                for k in range(len(bl) - 1, g - 1, -1):
+                    if k // g <= most:
+                        break
+                    node = self.first(dom, cls, k, skip)
+                    if node >= 0:
+                        largest, most = node, k // g
+                        break
+            if largest < 0:
+                return None
+            chosen.append((largest, most * g))
+            skip.add(largest)
+            left -= most
+        chosen.sort()
+        return chosen
+
+
+class ReleaseCounts:
+    """The available GPUs of the nodes of some classes as running attempts are released in turn,
+    counted outside the state as `NodeTable._refresh` would (`avail`: the nodes touched so far);
+    the last releases can be undone (the reservation search's binary search goes back)."""
+
+    __slots__ = ("_log", "alloc", "allowed", "avail", "freed", "state")
+
+    def __init__(
+        self,
+        state: ClusterState,
+        classes: tuple[int, ...],
+        alloc: dict[int, int] | None = None,
+        avail: dict[int, int] | None = None,
+        freed: set[int] | None = None,
+    ) -> None:
+        self.state = state
+        self.allowed = set(classes)
+        self.alloc: dict[int, int] = {} if alloc is None else alloc  # node -> its allocated mask then
+        self.avail: dict[int, int] = {} if avail is None else avail
+        self.freed: set[int] = set() if freed is None else freed  # nodes an exclusive attempt left
+        self._log: list[list[tuple[int, int, int, bool]]] = []  # per release: (node, alloc, avail, freed)
+
+    def release(self, job_id: JobId) -> None:
+        state = self.state
+        attempt = state.running[job_id]
+        exclusive = attempt.exclusive
+        alloc, avail, freed, allowed = self.alloc, self.avail, self.freed, self.allowed
+        node_class, node_state, up = state.node_class, state.node_state, NodeState.UP
+        undo: list[tuple[int, int, int, bool]] = []
+        for node, mask in attempt.placement:
+            if node_class[node] not in allowed:
+                continue
+            before = alloc.get(node, -1)
+            left = (state.alloc[node] if before < 0 else before) & ~mask
+            alloc[node] = left
+            newly = exclusive and node not in freed
+            if newly:
+                freed.add(node)
+            undo.append((node, before, avail.get(node, -1), newly))
+            if node_state[node] is not up or (state.exclusive[node] and node not in freed):
+                avail[node] = 0
+            else:
+                free = state.healthy[node] & ~left & ~state.held[node]
+                avail[node] = max(0, free.bit_count() - state.reserved[node])
+        self._log.append(undo)
+
+    def undo(self) -> None:
+        """Undo the last `release`."""
+        alloc, avail, freed = self.alloc, self.avail, self.freed
+        for node, before, count, newly in reversed(self._log.pop()):
+            if before < 0:
+                del alloc[node]
+            else:
+                alloc[node] = before
+            if count < 0:
+                del avail[node]
+            else:
+                avail[node] = count
+            if newly:
+                freed.discard(node)
+
+    @property
+    def releases(self) -> int:
+        """How many releases can be undone."""
+        return len(self._log)
