@@ -56,6 +56,5 @@ def _rekey(state: ClusterState, job: PendingJob) -> None:
     job.promoted = True
     job.key = state.order_key(job)
     insort(keys, job.key)
-    insort(queue.by_verdict.setdefault(job.verdict_key, []), job.key)
-    insort(queue.by_family.setdefault(job.family, []), job.key)
+    queue.enter(job)  # the per-verdict and per-family orders, and the family's parts (its level)
     job.join(queue.flagged)
