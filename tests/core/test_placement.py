@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from corral.core.decisions import Why
-from corral.core.model import NodeName, NodeSpec, NodeState
+from corral.core.model import JobSpec, NodeName, NodeSpec, NodeState
 from tests.helpers import check_no_double_allocation, job, nodes, occupy, run, started_on, state_of
 
 
@@ -146,3 +148,28 @@ def _buckets(state) -> list[dict[int, list[list[int]]]]:  # type: ignore[no-unty
     """Every domain's buckets: class -> nodes per available count (as sets: a rollback puts nodes
     back in reverse order, which only changes which of two equal nodes best fit names first)."""
     return [{cls: [sorted(b) for b in bl] for cls, bl in per.items()} for per in state.index.buckets]
+
+
+def _cpu_job(job_id: str, gpus: int, cpus: int, replicas: int = 1) -> JobSpec:
+    return dataclasses.replace(job(job_id, gpus=gpus, replicas=replicas), cpus_per_replica=cpus)
+
+
+def test_a_gang_that_fits_one_node_by_gpus_is_not_put_where_its_cpus_are_gone() -> None:
+    """The one-node shortcuts (tightest NVLink group, best fit) read GPU counts only: a node
+    whose CPUs are all taken must not receive a replica that asks for CPUs."""
+    specs = [
+        NodeSpec(NodeName(name), 8, "H100-80GB", cpus=8, labels={"spine": "s0", "leaf": "l0"})
+        for name in ("a", "b")
+    ]
+    state = state_of(specs)
+    state.submit(_cpu_job("hungry", gpus=1, cpus=8))
+    assert started_on(run(state))["hungry"] == ["a"]
+    state.submit(_cpu_job("two", gpus=2, cpus=4))  # best fit by GPUs is a (7 free), which has no CPU
+    assert started_on(run(state, 1.0))["two"] == ["b"]
+    state.submit(_cpu_job("pair", gpus=1, cpus=2, replicas=2))  # b has the 4 CPUs left
+    assert started_on(run(state, 2.0))["pair"] == ["b"]
+    state.submit(_cpu_job("late", gpus=1, cpus=1))  # 11 GPUs free, no CPU anywhere: it waits
+    result = run(state, 3.0)
+    assert "late" not in started_on(result)
+    assert min(state.free_cpus) == 0
+    check_no_double_allocation(state)

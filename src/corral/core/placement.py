@@ -65,7 +65,7 @@ def place(
     # a node found here holds the whole gang, so the cluster's capacity holds it too: the
     # capacity (a walk over buckets) is needed only when no single NVLink group fits
     node = _nvlink_fit(state, req)
-    if node >= 0:
+    if node >= 0 and (not (req.cpus or req.memory) or _node_fits(state, req, node) >= req.replicas):
         return _take(state, req, [(node, req.replicas)], take)
     root_cap, root_free = index.capacity(0, classes, g)
     n_spans = len(state.topology.span_names)
@@ -75,7 +75,10 @@ def place(
         return Miss(0, 0, 0)
     node = index.best_fit(0, classes, total)
     if node >= 0 and node not in avoid:
-        return _take(state, req, [(node, req.replicas)], take)
+        if req.cpus or req.memory:  # the index counts GPUs only: the smallest node holding all of it
+            node = _smallest_holding(state, req, 0, req.replicas, set(avoid))
+        if node >= 0:
+            return _take(state, req, [(node, req.replicas)], take)
     topo = state.topology
     for span in range(2, min(req.max_span, n_spans - 1) + 1):
         depth = topo.depth_of_span(span)
