@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 import re
+from itertools import repeat
+from operator import itemgetter
 from typing import NamedTuple
 
 from corral.core.decisions import CycleResult, Reason
@@ -33,6 +35,10 @@ REFRESH = 15.0  # seconds: a job's sentence whose only change is a time is rewri
 REFRESH_PER_LOOK = 2000  # at most this many such rewrites per look; the rest wait for the next
 # the clock times of core/reasons.py `clock`: `18:04:22 UTC`, `2026-12-04 18:04:22 UTC`, `t=1840s`
 _TIMES = re.compile(r"(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d UTC|t=-?\d+s")
+
+
+# (code, message, at, when written: the cycle's clock, the message without its clock times)
+Written = tuple[str, str, float | None, float, str | None]
 
 
 class ReasonChange(NamedTuple):
@@ -53,11 +59,14 @@ def only_times_moved(old: str, new: str) -> bool:
 
 class ReasonBook:
     def __init__(self) -> None:
-        # job -> (code, message, at, when written: the cycle's clock, the message without its
-        # clock times: None until needed) as written
-        self.known: dict[str, tuple[str, str, float | None, float, str | None]] = {}
+        # job -> its reason as written (`Written`: the sentence without its clock times is None
+        # until needed)
+        self.known: dict[str, Written] = {}
         self.fresh: set[str] = set()  # pending jobs whose reason was never computed
         self.others: tuple[str, str] | None = None
+        # (code, message, at) -> the jobs of the core's runs that the last look left with exactly
+        # this reason written (`known`): a run's job found here again needs no look
+        self.settled: dict[tuple[str, str, float | None], set[str]] = {}
 
     def look_at_all(self) -> None:
         """The next look is at every pending job (after the state was rebuilt)."""
@@ -68,32 +77,87 @@ class ReasonBook:
         self.known.setdefault(job, (code, message, at, -math.inf, None))
 
     def changes(self, state: ClusterState, result: CycleResult) -> list[ReasonChange]:
-        """Every reason to write after this cycle."""
+        """Every reason to write after this cycle.
+
+        The cycle's reasons come as the core's runs of jobs sharing one reason
+        (`Reasons.runs`): a job of a run whose reason the last look left written for it, and
+        that nothing made fresh since, is passed over without a look; the other jobs are
+        compared one by one, as are the jobs given a reason of their own. What is written is
+        what a look at every job writes, in the same order (tests/server/test_reason_runs.py)."""
         known = self.known
-        for job_id in self.fresh:  # new, requeued or released: its stored reason is "" (a start
+        fresh = self.fresh
+        for job_id in fresh:  # new, requeued or released: its stored reason is "" (a start
             known.pop(job_id, None)  # clears it), whatever the book remembers from before
+        settled, self.settled = self.settled, {}
         if len(known) > 2 * len(state.jobs) + 1000:
             for job_id in [j for j in known if j not in state.jobs]:
                 del known[job_id]
+            settled = {}
         others = (result.others.code.value, result.others.message) if result.others is not None else None
-        pairs: list[tuple[str, Reason]]
+        look = _Look(known, result.now)
         if others != self.others:  # rare (pause, resume, a strict FIFO head's change): every job
-            pairs = [(j, r) for j in state.jobs if (r := result.reason_of(JobId(j))) is not None]
+            look.compare([(j, r) for j in state.jobs if (r := result.reason_of(JobId(j))) is not None])
         else:
-            reasons = result.reasons
-            pairs = [(j, reasons[j]) for j in reasons]
+            runs, own = result.reasons.runs()
+            for keys, reason in runs:
+                self._run(look, settled, keys, reason)
+            look.compare(list(own.items()))
             if result.others is not None:
-                pairs += [(j, result.others) for j in self.fresh if j in state.jobs and j not in reasons]
+                reasons = result.reasons
+                look.compare([(j, result.others) for j in fresh if j in state.jobs and j not in reasons])
         self.others = others
-        self.fresh.clear()
-        return self._compare(pairs, result.now)
+        fresh.clear()
+        return look.out
 
-    def _compare(self, pairs: list[tuple[str, Reason]], now: float) -> list[ReasonChange]:
-        known = self.known
-        stale = now - REFRESH
-        refreshes = REFRESH_PER_LOOK
-        figures: dict[str, str] = {}  # message -> without its clock times (a few dozen distinct)
-        out: list[ReasonChange] = []
+    def _run(
+        self,
+        look: _Look,
+        settled: dict[tuple[str, str, float | None], set[str]],
+        keys: list[tuple[object, ...]],
+        reason: Reason,
+    ) -> None:
+        """The jobs of one run (`keys`, whose last items are the job ids) waiting for `reason`."""
+        ids: list[str] = list(map(_job_of, keys))
+        key = (reason.code.value, reason.message, reason.at)
+        before = settled.get(key)
+        if before is None:
+            todo = ids
+        elif self.fresh:
+            fresh = self.fresh
+            todo = [j for j in ids if j not in before or j in fresh]
+        else:
+            todo = [j for j in ids if j not in before]
+        deferred = look.compare(list(zip(todo, repeat(reason)))) if todo else []
+        now_settled = self.settled.get(key)
+        if now_settled is None:
+            now_settled = self.settled[key] = set()
+        now_settled.update(ids)
+        if deferred:
+            now_settled.difference_update(deferred)
+
+
+_job_of = itemgetter(-1)
+
+
+class _Look:
+    """One look's comparisons: what it writes, and its budget of time-only rewrites."""
+
+    __slots__ = ("figures", "known", "now", "out", "refreshes", "stale")
+
+    def __init__(self, known: dict[str, Written], now: float) -> None:
+        self.known = known
+        self.now = now
+        self.stale = now - REFRESH
+        self.refreshes = REFRESH_PER_LOOK
+        self.figures: dict[str, str] = {}  # message -> without its clock times (a few dozen distinct)
+        self.out: list[ReasonChange] = []
+
+    def compare(self, pairs: list[tuple[str, Reason]]) -> list[str]:
+        """Write what changed of these jobs' reasons; the jobs left unwritten although their
+        reason differs from the one written (only a time moved, rewritten later)."""
+        known, now, stale, figures, out = self.known, self.now, self.stale, self.figures, self.out
+        refreshes = self.refreshes
+        deferred: list[str] = []
         for job_id, reason in pairs:
             message, at = reason.message, reason.at
             code = reason.code.value
@@ -107,8 +171,10 @@ class ReasonBook:
                 current = seen[2] is None or seen[2] >= now  # the stored time has not passed
                 if seen[0] == code and current and old == fig:  # only a time moved
                     if seen[3] > stale or refreshes <= 0:
+                        deferred.append(job_id)
                         continue  # written less than REFRESH s ago, or enough rewrites this look
                     refreshes -= 1
             known[job_id] = (code, message, at, now, fig)
             out.append(ReasonChange(job_id, code, message, at, seen is None or seen[0] != code))
-        return out
+        self.refreshes = refreshes
+        return deferred
