@@ -4,9 +4,13 @@ scheduler's memory and are written on change).
 A cycle gives a reason to every job it looked at, and one shared reason (`others`) to the jobs
 it did not reach. The book looks only at the jobs the cycle looked at and the jobs new to
 pending since the last look, and at every pending job only when the shared reason itself
-changed; it walks them in one tight loop over the cycle's unfolded reasons (no per-job call
-chain), so a look at 100,000 waiting jobs costs tens of milliseconds, and the scheduler takes
-one at most every `pacing.REASON_FLUSH` seconds, after the cycle's decisions are committed.
+changed. The cycle's reasons come as the core's runs of jobs that share one reason
+(`Reasons.runs`): the book remembers, per reason, the jobs of runs that its last look left with
+exactly that reason written (`settled`), and compares one by one only the other jobs of a run
+(new to it, made fresh, or left with an older time): a look at 100,000 waiting jobs whose runs
+did not change costs a set lookup per job (about 20 ms), not a comparison per job. The
+scheduler takes one at most every `pacing.REASON_FLUSH` seconds, after the cycle's decisions
+are committed.
 
 What is written: a reason whose code changes, or whose sentence changes in anything but the
 clock times it names (free GPUs, what holds them, a reservation's owner), at once. A reason
