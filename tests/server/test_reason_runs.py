@@ -16,6 +16,7 @@ from corral.core.model import JobId
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
 from corral.server import reasons as book_module
+from corral.server.reasons import _TIMES as TIMES
 from corral.server.reasons import ReasonBook, ReasonChange, _Look
 from tests.helpers import job, nodes, state_of
 
@@ -43,9 +44,30 @@ class LongBook(ReasonBook):
                 pairs += [(j, result.others) for j in self.fresh if j in state.jobs and j not in reasons]
         self.others = others
         self.fresh.clear()
-        look = _Look(known, result.now)
-        look.compare(pairs)
-        return look.out
+        return self._compare(pairs, result.now)
+
+    def _compare(self, pairs: list[tuple[str, Reason]], now: float) -> list[ReasonChange]:
+        known = self.known
+        stale = now - book_module.REFRESH
+        refreshes = book_module.REFRESH_PER_LOOK
+        out: list[ReasonChange] = []
+        for job_id, reason in pairs:
+            message, at = reason.message, reason.at
+            code = reason.code.value
+            seen = known.get(job_id)
+            if seen is not None and seen[1] == message and seen[2] == at and seen[0] == code:
+                continue
+            fig = TIMES.sub("", message)
+            if seen is not None:
+                old = seen[4] if seen[4] is not None else TIMES.sub("", seen[1])
+                current = seen[2] is None or seen[2] >= now
+                if seen[0] == code and current and old == fig:
+                    if seen[3] > stale or refreshes <= 0:
+                        continue
+                    refreshes -= 1
+            known[job_id] = (code, message, at, now, fig)
+            out.append(ReasonChange(job_id, code, message, at, seen is None or seen[0] != code))
+        return out
 
 
 def protected(until: float, free: int = 0) -> Reason:
@@ -149,34 +171,36 @@ def test_a_look_by_runs_writes_what_a_look_at_every_job_writes(
         assert by_runs.known == long.known
 
 
-def test_a_run_unchanged_since_the_last_look_is_passed_over() -> None:
-    """The point of runs: the jobs of a run left written are not compared again (no `_Look`)."""
+def test_the_jobs_of_a_run_are_compared_once_per_run_not_per_job() -> None:
+    """The point of runs: the jobs of a run share one reason, and one written tuple when one look
+    wrote them, so a look compares sentences once for the run (`_Look._act`), not per job, whether
+    the reason is unchanged or only its time moved."""
     state = state_of(nodes(1, 8))
     ids = [f"j{i}" for i in range(50)]
     for j in ids:
         state.submit(job(j, gpus=1))
     book = ReasonBook()
-    reason = protected(T0 + 60)
 
-    def result(now: float) -> CycleResult:
+    def result(now: float, reason: Reason) -> CycleResult:
         reasons = Reasons()
         reasons.add_run([(j, JobId(j)) for j in ids], reason)
         return CycleResult(now, reasons=reasons)
 
-    assert len(book.changes(state, result(T0))) == 50
-    compared: list[int] = []
-    real = _Look.compare
+    assert len(book.changes(state, result(T0, protected(T0 + 60)))) == 50
+    acts: list[int] = []
+    real = _Look._act
 
-    def counting(look: _Look, pairs: list[tuple[str, Reason]]) -> list[str]:
-        compared.append(len(pairs))
-        return real(look, pairs)
+    def counting(look: _Look, seen: object, entry: object) -> int:
+        acts.append(1)
+        return real(look, seen, entry)  # type: ignore[arg-type]
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_Look, "compare", counting)
-        assert book.changes(state, result(T0 + 1)) == []
+        patch.setattr(_Look, "_act", counting)
+        assert book.changes(state, result(T0 + 1, protected(T0 + 60))) == []
+        assert book.changes(state, result(T0 + 2, protected(T0 + 90))) == []  # a time moved
         book.fresh.add("j7")  # requeued: its stored reason was cleared, it is written again
-        assert [c.job for c in book.changes(state, result(T0 + 2))] == ["j7"]
-    assert sum(compared) == 1
+        assert [c.job for c in book.changes(state, result(T0 + 3, protected(T0 + 60)))] == ["j7"]
+    assert len(acts) == 1 + 1 + 3  # j7 (nothing written) and j8 on: two more
 
 
 @pytest.mark.parametrize("seed", range(3))
