@@ -1,7 +1,7 @@
-"""The reason book looks at the core's runs of jobs sharing one reason (issue 15): a job of a run
-whose reason was left written by the last look is passed over. What it writes must be exactly
-what a look at every job writes, in the same order: checked against the long way (the book as
-it was, one job at a time) on random sequences of cycles, made up and real."""
+"""The reason book reads the core's runs of jobs sharing one reason (`Reasons.runs`, issue 15) and
+compares what was written with a reason once per stretch of jobs that share both. What it writes
+must be exactly what a look at every job writes, in the same order: checked against the long way
+(the book as it was, one job at a time) on random sequences of cycles, made up and real."""
 
 from __future__ import annotations
 
