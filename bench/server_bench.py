@@ -2,7 +2,7 @@
 
 Run: `.venv/bin/python bench/server_bench.py [--only submit,latency,restart,array,backlog] [--quick]
 [--json OUT] [--database-url URL] [--clients N] [--threads T] [--duration S] [--replicas N] [--keyed]
-[--nodes N] [--pending N] [--idle S] [--ends N] [--rate R] [--profile OUT]`.
+[--nodes N] [--pending N] [--idle S] [--ends N] [--rate R] [--profile OUT [--profile-window idle]]`.
 
 Each scenario starts its own `corral server` subprocess on a fresh database (SQLite in a temporary
 directory, or a fresh database on the PostgreSQL server that `--database-url` names, dropped
@@ -742,6 +742,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", metavar="OUT", help="backlog: cProfile the scheduler over the endings' window into OUT"
     )
+    parser.add_argument(
+        "--profile-window", choices=("endings", "idle"), default="endings",
+        help="backlog: the window `--profile` covers (endings)",
+    )  # fmt: skip
     parser.add_argument(
         "--skip-reasons", action="store_true",
         help="backlog, a what-if: the scheduler writes no reasons of waiting jobs (bench/profile_hook)",

@@ -114,6 +114,17 @@ class Reasons(MutableMapping[JobId, Reason]):
         """Every job of `keys` waits for `reason_of(its id)`, called when the reasons are read."""
         self._lazy.append((keys, reason_of))
 
+    def runs(self) -> tuple[list[tuple[list[tuple[object, ...]], Reason]], dict[JobId, Reason]]:
+        """The reasons as runs, in the order the mapping lists them: the runs of jobs that share
+        one reason (a lazy run resolved now and cut where its reason changes), then the jobs
+        given a reason of their own (not unfolded: a reader that compares runs, the server's
+        reason book, costs what changes rather than what waits). Once the mapping has been
+        read, every reason is in the second part."""
+        for keys, reason_of in self._lazy:
+            self._runs.extend(_cut(keys, reason_of))
+        self._lazy.clear()
+        return self._runs, self._one
+
     def drop(self, job: JobId) -> None:
         """Forget a job's own reason (it started); never one given by a run."""
         self._one.pop(job, None)
@@ -156,6 +167,25 @@ class Reasons(MutableMapping[JobId, Reason]):
 
 
 _job_of = itemgetter(-1)
+
+
+def _cut(
+    keys: list[tuple[object, ...]], reason_of: Callable[[JobId], Reason]
+) -> list[tuple[list[tuple[object, ...]], Reason]]:
+    """A lazy run as runs of one reason each, in its order."""
+    out: list[tuple[list[tuple[object, ...]], Reason]] = []
+    start = 0
+    last: Reason | None = None
+    for i, key in enumerate(keys):
+        reason = reason_of(cast(JobId, key[-1]))
+        if last is None:
+            last = reason
+        elif reason is not last and reason != last:
+            out.append((keys[start:i], last))
+            start, last = i, reason
+    if last is not None:
+        out.append((keys[start:], last))
+    return out
 
 
 @dataclass(slots=True)
