@@ -213,15 +213,20 @@ def start_fleet(server: Any, cluster: Path, tmp: Path) -> tuple[subprocess.Popen
 
 
 def stop_fleet(fleet: subprocess.Popen[bytes], tmp: Path) -> dict[str, Any]:
+    killed = False
     if fleet.poll() is None:
         fleet.send_signal(signal.SIGTERM)
         try:
             fleet.wait(120)
         except subprocess.TimeoutExpired:
             fleet.kill()
+            killed = True
     stats = tmp / "fleet.json"
     if not stats.exists():
-        raise RuntimeError(f"the fleet left no stats: {(tmp / 'fleet.log').read_text()[-3000:]}")
+        why = f"exit status {fleet.returncode}"
+        if killed:
+            why = "it did not stop within 120 s of SIGTERM and was killed"
+        raise RuntimeError(f"the fleet left no stats ({why}): {(tmp / 'fleet.log').read_text()[-3000:]}")
     out: dict[str, Any] = json.loads(stats.read_text())
     if out.get("ender_error"):
         raise RuntimeError(f"the fleet could not end jobs: {out['ender_error']}")
