@@ -9,7 +9,7 @@ import pytest
 
 from corral.core.errors import ConfigError
 from corral.core.jobs import PendingJob
-from corral.core.model import JobId, NodeName, QueueSpec
+from corral.core.model import INFINITY, JobId, NodeName, QueueSpec
 from corral.core.plugins import Profile
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy, parse_plugin_args, policy_arguments
@@ -92,6 +92,32 @@ def test_a_better_level_preempts_only_a_victim_that_loses_at_most_max_lost() -> 
     state.record_checkpoint(JobId("old"), 999.0)
     submit(state, "new", attained=10_000.0, gpus=4, priority="high", submit=900.0)
     assert not run(state, 1000.0, profile).preemptions
+
+
+def test_the_cycle_wakes_when_a_victim_of_a_worse_level_leaves_its_min_runtime() -> None:
+    """A victim of the preemptor's own queue and class inside its `min_runtime` (class low: 600 s)
+    that will be in a worse level then: the cycle is due at the protection's end, and takes it."""
+    profile = tiresias(thresholds=[1000.0])
+    state = one_node(4)
+    occupy(state, "old", "n00", range(4), priority="low", now=0.0)  # 2,400 GPU-s at t=600: level 1
+    state.record_checkpoint(JobId("old"), 450.0)
+    submit(state, "new", gpus=4, priority="low", submit=100.0)
+    result = run(state, 500.0, profile)
+    assert not result.preemptions and result.next_wake == 600.0
+    assert "protected by min_runtime until t=600s" in result.reasons["new"].message
+    state.record_checkpoint(JobId("old"), 590.0)
+    assert [(p.job, p.by) for p in run(state, 600.0, profile).preemptions] == [("old", "new")]
+    # one that will still be in the preemptor's level then is no reason to wake
+    state = one_node(4)
+    occupy(state, "old", "n00", range(4), priority="low", now=0.0)
+    state.record_checkpoint(JobId("old"), 450.0)
+    submit(state, "new", gpus=4, priority="low", submit=100.0)
+    assert run(state, 500.0, tiresias(thresholds=[3600.0])).next_wake == INFINITY
+    # nor one that will have more than `max_lost` to lose (no checkpoint, started 600 s before)
+    state = one_node(4)
+    occupy(state, "old", "n00", range(4), priority="low", now=0.0)
+    submit(state, "new", gpus=4, priority="low", submit=100.0)
+    assert run(state, 500.0, tiresias(thresholds=[1000.0], max_lost=300.0)).next_wake == INFINITY
 
 
 def test_a_job_waiting_longer_than_starve_is_promoted_to_the_first_level() -> None:

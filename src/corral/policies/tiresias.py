@@ -21,6 +21,7 @@ from operator import itemgetter
 
 from corral.core.jobs import PendingJob, RunningAttempt
 from corral.core.model import QueueName
+from corral.core.occupancy import WAITING
 from corral.core.state import ClusterState
 from corral.policies.victims import (
     PriorityReclaimArgs,
@@ -158,6 +159,29 @@ class Tiresias:
                 found.append(a)
             i -= 1
         return found
+
+    def protection_end(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
+        """When the first attempt of its own queue and class that would then be in a worse level
+        leaves its minimum run time (`Preemption._until`: the cycle is due then; `group_eligible`
+        reads only the attempts that are candidates now). Only an attempt that could then lose at
+        most `max_lost`: one that has checkpointed in this attempt, or whose start is recent
+        enough; None: no such attempt."""
+        thresholds = self.args.thresholds
+        level = self.job_level(preemptor)
+        if level >= len(thresholds):
+            return None
+        floor = thresholds[level]
+        max_lost = self.args.max_lost
+        spec = preemptor.spec
+        first: float | None = None
+        for end, _, a in state.occupancy.inside((spec.queue, spec.priority)):
+            if a.candidate != WAITING or end <= now or (first is not None and end >= first):
+                continue
+            if a.last_checkpoint <= a.start and end - a.start > max_lost:
+                continue  # it will have more than `max_lost` to lose then, unless it checkpoints
+            if a.job.attained + a.spec.gpus * (end - a.start) >= floor:
+                first = end
+        return first
 
     def _worse_fresh(
         self, preemptor: PendingJob, group: tuple[QueueName, int], state: ClusterState, now: float
