@@ -169,6 +169,31 @@ def test_fair_share_between_queues_is_kept() -> None:
     assert not run(state, 1000.0, tiresias(thresholds=[3600.0])).preemptions
 
 
+def borrowed(checkpoint: float | None = None) -> ClusterState:
+    """Queue b (quota 4) runs 8 GPUs since t=0 (two 4-GPU jobs, class high: no minimum run time);
+    queue a (quota 4) has a 4-GPU job waiting since t=1,000."""
+    qa, qb = queues(("a", 4), ("b", 4))
+    state = state_of(nodes(1, 8), [qa, qb])
+    occupy(state, "b-x", "n00", range(4), queue="b", priority="high", now=0.0)
+    occupy(state, "b-y", "n00", range(4, 8), queue="b", priority="high", now=0.0)
+    if checkpoint is not None:
+        state.record_checkpoint(JobId("b-y"), checkpoint)
+    submit(state, "a-job", queue="a", gpus=4, priority="high", submit=1000.0)
+    return state
+
+
+def test_patience_reclaims_only_from_borrowers_with_little_to_lose_until_it_ends() -> None:
+    patient = tiresias(patience=3600.0)
+    assert [p.job for p in run(borrowed(), 1000.0, tiresias()).preemptions] == ["b-x"]  # at once
+    assert not run(borrowed(), 1000.0, patient).preemptions  # each would lose 1,000 s > 600
+    assert not run(borrowed(), 4599.0, patient).preemptions
+    assert len(run(borrowed(), 4600.0, patient).preemptions) == 1  # patience over: the guarantee
+    # one that checkpointed within `max_lost` is taken at once, patience or not
+    assert [p.job for p in run(borrowed(checkpoint=900.0), 1000.0, patient).preemptions] == ["b-y"]
+    with pytest.raises(ConfigError, match="patience"):
+        tiresias(patience=-1.0)
+
+
 def test_only_fresh_candidates_are_read_for_level_preemption() -> None:
     """`Occupancy.fresh` keeps the candidates by last checkpoint, as checkpoints come."""
     state = state_of(nodes(1, 8), [])
