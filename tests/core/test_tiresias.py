@@ -184,7 +184,8 @@ def borrowed(checkpoint: float | None = None) -> ClusterState:
 
 def test_patience_reclaims_only_from_borrowers_with_little_to_lose_until_it_ends() -> None:
     patient = tiresias(patience=3600.0)
-    assert [p.job for p in run(borrowed(), 1000.0, tiresias()).preemptions] == ["b-x"]  # at once
+    assert [p.job for p in run(borrowed(), 1000.0, tiresias(patience=0.0)).preemptions] == ["b-x"]  # at once
+    assert not run(borrowed(), 1000.0, tiresias()).preemptions  # six hours by default
     assert not run(borrowed(), 1000.0, patient).preemptions  # each would lose 1,000 s > 600
     assert not run(borrowed(), 4599.0, patient).preemptions
     assert len(run(borrowed(), 4600.0, patient).preemptions) == 1  # patience over: the guarantee
@@ -224,5 +225,6 @@ def test_victim_selection_reads_only_the_narrowed_attempts_of_the_own_group() ->
     plugin = profile.victims
     narrow = getattr(plugin, "narrow")  # noqa: B009
     assert [a.spec.id for a in narrow(preemptor, ("default", 1000), state, 1000.0)] == ["fresh"]
-    assert narrow(preemptor, ("default", 100), state, 1000.0) is None
+    assert narrow(preemptor, ("default", 100), state, 1000.0) == []  # patience: only the fresh
+    assert getattr(tiresias(patience=0.0).victims, "narrow")(preemptor, ("default", 100), state, 1000.0) is None  # noqa: B009
     assert not hasattr(load_policy("default").victims, "narrow")

@@ -6,7 +6,9 @@ priority class, jobs wait by level, then first come first served (submit time); 
 preempts a running job of its own queue and class whose level is strictly worse, only while the
 victim would lose at most `max_lost` seconds of work (since its last checkpoint, or its start).
 `starve` (seconds, 0: off) promotes a job that has waited that long in its current wait to level
-0 (`core/aging.py`). Everything else is `default`'s: queues by fair share, quotas and limits,
+0 (`core/aging.py`). Reclaim across queues is `default`'s, except that for `patience` seconds
+after its submission a job takes back its queue's quota only from borrowers that would lose at
+most `max_lost` of work (after that, from any: the guarantee comes later, not never). Everything else is `default`'s: queues by fair share, quotas and limits,
 preemption by higher classes, reclaim across queues, reservations and backfill.
 
 Gu et al., "Tiresias: A GPU Cluster Manager for Distributed Deep Learning", NSDI '19.
@@ -43,8 +45,9 @@ class TiresiasArgs(PriorityReclaimArgs):
     max_lost: float = 600.0  # seconds of work a level preemption may cost its victim at most
     starve: float = 0.0  # seconds of waiting after which a job is promoted to level 0 (0: never)
     # seconds after its submission during which a job reclaims its queue's quota only from
-    # borrowers that would lose at most `max_lost` of work (0: from any borrower at once)
-    patience: float = 0.0
+    # borrowers that would lose at most `max_lost` of work (0: from any borrower at once); six
+    # hours by default (issue 16, sixth pass: restarts of long borrowers made Philly's tail)
+    patience: float = 21_600.0
 
     def __post_init__(self) -> None:
         PriorityReclaimArgs.__post_init__(self)
@@ -91,6 +94,8 @@ class Tiresias:
 
     # ---- victims -------------------------------------------------------------------------
     def family_part(self, preemptor: PendingJob) -> int:
+        """Its level. `patience` reads its submit time too, but a walk meets a family's jobs of
+        one level oldest first, and a younger job may take no borrower an older one may not."""
         return self.job_level(preemptor)
 
     def preemptor_key(self, preemptor: PendingJob) -> Hashable | None:
@@ -191,16 +196,13 @@ class Tiresias:
         return found
 
     def protection_end(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
-        """When the first attempt of its own queue and class that would then be in a worse level
+        """When the first attempt of its own queue and class that will then be below level 0
         leaves its minimum run time (`Preemption._until`: the cycle is due then; `group_eligible`
-        reads only the attempts that are candidates now). Only an attempt that could then lose at
-        most `max_lost`: one that has checkpointed in this attempt, or whose start is recent
-        enough; None: no such attempt."""
-        thresholds = self.args.thresholds
-        level = self.job_level(preemptor)
-        if level >= len(thresholds):
-            return None
-        floor = thresholds[level]
+        reads only the attempts that are candidates now). Only one that could then lose at most
+        `max_lost`: it has checkpointed in this attempt, or its start is recent enough. It reads
+        of the preemptor only its queue and class, so that jobs of a family are told alike (a
+        preemptor at level 1 or below may be woken for nothing). None: no such attempt."""
+        floor = self.args.thresholds[0]
         max_lost = self.args.max_lost
         spec = preemptor.spec
         first: float | None = None
