@@ -8,8 +8,9 @@ victim would lose at most `max_lost` seconds of work (since its last checkpoint,
 `starve` (seconds, 0: off) promotes a job that has waited that long in its current wait to level
 0 (`core/aging.py`). Reclaim across queues is `default`'s, except that for `patience` seconds
 after its submission a job takes back its queue's quota only from borrowers that would lose at
-most `max_lost` of work (after that, from any: the guarantee comes later, not never). Everything else is `default`'s: queues by fair share, quotas and limits,
-preemption by higher classes, reclaim across queues, reservations and backfill.
+most `max_lost` of work (after that, from any: the guarantee comes later, not never).
+Everything else is `default`'s: queues by fair share, quotas and limits, preemption by higher
+classes, reservations and backfill.
 
 Gu et al., "Tiresias: A GPU Cluster Manager for Distributed Deep Learning", NSDI '19.
 """
