@@ -37,6 +37,7 @@ class Job:
     queue: str
     gpus: int
     submit: float
+    duration: float = 0.0  # its run time in the trace
     first_start: float | None = None
     finish: float | None = None
     preempted: int = 0
@@ -58,18 +59,18 @@ class Tail:
         self.counted: dict[str, float] = defaultdict(float)
         self.below_at_submit: dict[str, float] = {}
         self.below_waiting: dict[str, float] = {}  # job -> seconds of its first wait spent below quota
+        self.preempts: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0, 0.0])
 
     def _count(self, queue: str, t: float) -> None:
         if self.held[queue] < self.quotas.get(queue, 0):
             self.below[queue] += t - self.counted[queue]
         self.counted[queue] = t
-        self.preempts: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0, 0.0])
 
     def feed(self, event: dict[str, Any]) -> None:
         kind, name = event["event"], event.get("job", "")
         if kind == "submit":
             gpus = event["replicas"] * event["gpus_per_replica"]
-            self.jobs[name] = Job(event["queue"], gpus, event["t"])
+            self.jobs[name] = Job(event["queue"], gpus, event["t"], float(event.get("duration") or 0.0))
             self._count(event["queue"], event["t"])
             self.below_at_submit[name] = self.below[event["queue"]]
             return
@@ -121,6 +122,19 @@ def report(tail: Tail, quotas: dict[str, int], top: int) -> None:
     jct = sum(j.finish - j.submit for j in slow) / n  # type: ignore[operator]
     rest = jct - wait - lost
     print(f"  mean JCT {jct:,.0f} s = first wait {wait:,.0f} + work lost {lost:,.0f} + the rest {rest:,.0f}")
+    runs = sorted(j.duration for j in done)
+    floor = runs[int(0.99 * (len(runs) - 1))]
+    print(
+        f"  run time p99 {floor:,.0f} s (no policy's JCT p99 is lower); of these jobs, "
+        f"{sum(j.duration >= p99 for j in slow)} run {p99:,.0f} s or longer, "
+        f"{sum(j.duration >= floor for j in slow)} run {floor:,.0f} s or longer"
+    )
+    excess = sorted(j.finish - j.submit - j.duration for j in slow)  # type: ignore[operator]
+    print(
+        f"  JCT beyond their run time: median {excess[n // 2]:,.0f} s, mean {sum(excess) / n:,.0f} s "
+        f"(first wait {wait:,.0f}, work lost {lost:,.0f}, waits after preemptions "
+        f"{sum(excess) / n - wait - lost:,.0f})"
+    )
     by_size: dict[int, int] = defaultdict(int)
     for j in slow:
         by_size[next(lo for lo, hi in BUCKETS if lo <= j.gpus <= hi)] += 1
@@ -143,13 +157,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fraction", type=float, default=0.25)
     parser.add_argument("--policy", default="default")
-    parser.add_argument("--arg", action="append", default=[], help="PLUGIN.KEY=VALUE for default")
+    parser.add_argument("--arg", action="append", default=[], help="PLUGIN.KEY=VALUE for the policy")
     parser.add_argument("--hold-after", type=float)
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()
     jobs = load_philly()
     cluster = shared_cluster(load_vc_nodes(), jobs, args.fraction)
-    profile = load_policy(args.policy, parse_plugin_args(args.arg) if args.policy == "default" else None)
+    profile = load_policy(args.policy, parse_plugin_args(args.arg) or None)
     if args.hold_after is not None:
         profile = dataclasses.replace(profile, hold_after=args.hold_after)
     quotas = {q.name: q.quota for q in cluster.queues if q.quota is not None}

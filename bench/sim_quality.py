@@ -5,6 +5,9 @@ Run: .venv/bin/python bench/sim_quality.py [--only philly-0.25|philly-0.2|pollux
 - Philly as one shared cluster, one queue per virtual cluster with a quota of its share, at a
   quarter (88 nodes, 704 GPUs) and a fifth (70 nodes, 560 GPUs) of the Helios sizes.
 - The Pollux 160-job workloads (1.0x load) on Pollux's 16 nodes x 4 GPUs, averaged over the 8.
+- `overload`: the synthetic overload trace's first 5,000 jobs (`--first` for another prefix) on
+  128 nodes x 8 GPUs, two queues each guaranteed half (`bench/overload_trace.py`; the setting of
+  `bench/quota_guarantee.py`; every job checkpoints every 30 minutes).
 Prints one JSON line per run and a table per load: average and p99 JCT, queueing delay,
 fairness (Jain over queues, finish-time fairness), utilisation, preemptions.
 """
@@ -30,6 +33,7 @@ from corral.sim.loaders import load, shared_traces_dir
 from corral.sim.loaders.philly import load_philly, load_vc_nodes
 from corral.sim.metrics import Measures
 from corral.sim.trace import TraceJob
+from overload_trace import overload_cluster, overload_trace
 from philly_setup import shared_cluster
 
 POLICIES = ["default", "fifo", "sjf", "las"]
@@ -166,6 +170,12 @@ def pollux(policies: list[str]) -> dict[str, dict[str, float]]:
     return {p: {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]} for p, rows in runs.items()}
 
 
+def overload(policies: list[str]) -> dict[str, dict[str, float]]:
+    jobs = overload_trace()[: FIRST[0] or 5000]
+    cluster = overload_cluster(128)
+    return {p: run_one(cluster, jobs, p) for p in policies}
+
+
 EXTRA = ["max wait", "reserved", "late", "late avg", "late max", "cpu"]
 
 
@@ -183,7 +193,7 @@ def show(title: str, results: dict[str, dict[str, float]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["philly-0.25", "philly-0.2", "pollux"])
+    parser.add_argument("--only", choices=["philly-0.25", "philly-0.2", "pollux", "overload"])
     parser.add_argument("--policy", action="append", choices=policy_names(), help=f"default: {POLICIES}")
     parser.add_argument("--min-interval", type=float, default=0.0, help="seconds between cycles, at least")
     parser.add_argument(
@@ -192,7 +202,7 @@ def main() -> None:
         help="seconds of work between checkpoints for jobs whose trace gives none (default: none, "
         "a preempted job loses all its work)",
     )
-    parser.add_argument("--first", type=int, help="Philly: only the first N jobs (a prefix, for iterating)")
+    parser.add_argument("--first", type=int, help="Philly, overload: only the first N jobs (a prefix)")
     parser.add_argument("--arg", action="append", default=[], help="PLUGIN.KEY=VALUE (not for baselines)")
     parser.add_argument(
         "--hold-after", type=float, help="seconds before estimates hold GPUs (not for baselines; 0: at once)"
@@ -206,7 +216,12 @@ def main() -> None:
     policies = args.policy or POLICIES
     cases = [args.only] if args.only else ["pollux", "philly-0.25", "philly-0.2"]
     for case in cases:
-        results = pollux(policies) if case == "pollux" else philly(float(case.split("-")[1]), policies)
+        if case == "pollux":
+            results = pollux(policies)
+        elif case == "overload":
+            results = overload(policies)
+        else:
+            results = philly(float(case.split("-")[1]), policies)
         print(json.dumps({"case": case, "results": results}), flush=True)
         show(case, results)
 

@@ -82,3 +82,16 @@ def test_readers_see_how_far_a_time_is_after_it() -> None:
     assert with_relative(text, at, at + 12).endswith("14:44:00 UTC (12s ago); more")
     assert with_relative("restart backoff: may start at t=130s", 130.0, 100.0).endswith("t=130s")  # simulated
     assert relative(at, at - 3900) == "in 1h05m" and relative(at, at) == "now"
+
+
+def test_a_victim_whose_protection_ends_at_a_sum_that_rounds_is_taken_at_the_wake() -> None:
+    """The cycle wakes at start + min_runtime; there, (start + min_runtime) - start may round below
+    min_runtime (here 599.9999999999...): the victim must be free then, or nothing wakes again."""
+    start = 523_916.7
+    assert (start + 600.0) - start < 600.0
+    state = state_of(nodes(1, 8))
+    occupy(state, "young", "n00", range(8), priority="low", now=start)
+    state.submit(job("urgent", gpus=8, priority="urgent", submit=start + 10.0))
+    wake = run(state, start + 10.0).next_wake
+    assert wake == start + 600.0
+    assert [(p.job, p.by) for p in run(state, wake).preemptions] == [("young", "urgent")]

@@ -52,7 +52,9 @@ def play(seed: int, policy: str, limits: int = 0) -> list[tuple[Any, ...]]:
     state = ClusterState.build(("leaf",), nodes, queues)
     profile = load_policy(policy)
     if policy == "tiresias":  # levels that the services below cross, promotions, checkpoints
-        profile = load_policy(policy, {"tiresias": {"thresholds": [3600.0, 36000.0], "starve": 1200.0}})
+        profile = load_policy(
+            policy, {"tiresias": {"thresholds": [3600.0, 36000.0], "starve": 1200.0, "patience": 900.0}}
+        )
     shapes = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (3, 8)]
     outcome: list[tuple[Any, ...]] = []
     now, seq = 0.0, 0

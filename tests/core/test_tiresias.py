@@ -9,7 +9,7 @@ import pytest
 
 from corral.core.errors import ConfigError
 from corral.core.jobs import PendingJob
-from corral.core.model import JobId, NodeName, QueueSpec
+from corral.core.model import INFINITY, JobId, NodeName, QueueSpec
 from corral.core.plugins import Profile
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy, parse_plugin_args, policy_arguments
@@ -94,6 +94,32 @@ def test_a_better_level_preempts_only_a_victim_that_loses_at_most_max_lost() -> 
     assert not run(state, 1000.0, profile).preemptions
 
 
+def test_the_cycle_wakes_when_a_victim_of_a_worse_level_leaves_its_min_runtime() -> None:
+    """A victim of the preemptor's own queue and class inside its `min_runtime` (class low: 600 s)
+    that will be in a worse level then: the cycle is due at the protection's end, and takes it."""
+    profile = tiresias(thresholds=[1000.0])
+    state = one_node(4)
+    occupy(state, "old", "n00", range(4), priority="low", now=0.0)  # 2,400 GPU-s at t=600: level 1
+    state.record_checkpoint(JobId("old"), 450.0)
+    submit(state, "new", gpus=4, priority="low", submit=100.0)
+    result = run(state, 500.0, profile)
+    assert not result.preemptions and result.next_wake == 600.0
+    assert "protected by min_runtime until t=600s" in result.reasons["new"].message
+    state.record_checkpoint(JobId("old"), 590.0)
+    assert [(p.job, p.by) for p in run(state, 600.0, profile).preemptions] == [("old", "new")]
+    # one that will still be in the preemptor's level then is no reason to wake
+    state = one_node(4)
+    occupy(state, "old", "n00", range(4), priority="low", now=0.0)
+    state.record_checkpoint(JobId("old"), 450.0)
+    submit(state, "new", gpus=4, priority="low", submit=100.0)
+    assert run(state, 500.0, tiresias(thresholds=[3600.0])).next_wake == INFINITY
+    # nor one that will have more than `max_lost` to lose (no checkpoint, started 600 s before)
+    state = one_node(4)
+    occupy(state, "old", "n00", range(4), priority="low", now=0.0)
+    submit(state, "new", gpus=4, priority="low", submit=100.0)
+    assert run(state, 500.0, tiresias(thresholds=[1000.0], max_lost=300.0)).next_wake == INFINITY
+
+
 def test_a_job_waiting_longer_than_starve_is_promoted_to_the_first_level() -> None:
     def first_started(now: float, profile: Profile) -> tuple[str, float]:
         state = one_node(1)
@@ -143,6 +169,32 @@ def test_fair_share_between_queues_is_kept() -> None:
     assert not run(state, 1000.0, tiresias(thresholds=[3600.0])).preemptions
 
 
+def borrowed(checkpoint: float | None = None) -> ClusterState:
+    """Queue b (quota 4) runs 8 GPUs since t=0 (two 4-GPU jobs, class high: no minimum run time);
+    queue a (quota 4) has a 4-GPU job waiting since t=1,000."""
+    qa, qb = queues(("a", 4), ("b", 4))
+    state = state_of(nodes(1, 8), [qa, qb])
+    occupy(state, "b-x", "n00", range(4), queue="b", priority="high", now=0.0)
+    occupy(state, "b-y", "n00", range(4, 8), queue="b", priority="high", now=0.0)
+    if checkpoint is not None:
+        state.record_checkpoint(JobId("b-y"), checkpoint)
+    submit(state, "a-job", queue="a", gpus=4, priority="high", submit=1000.0)
+    return state
+
+
+def test_patience_reclaims_only_from_borrowers_with_little_to_lose_until_it_ends() -> None:
+    patient = tiresias(patience=3600.0)
+    assert [p.job for p in run(borrowed(), 1000.0, tiresias(patience=0.0)).preemptions] == ["b-x"]  # at once
+    assert not run(borrowed(), 1000.0, tiresias()).preemptions  # six hours by default
+    assert not run(borrowed(), 1000.0, patient).preemptions  # each would lose 1,000 s > 600
+    assert not run(borrowed(), 4599.0, patient).preemptions
+    assert len(run(borrowed(), 4600.0, patient).preemptions) == 1  # patience over: the guarantee
+    # one that checkpointed within `max_lost` is taken at once, patience or not
+    assert [p.job for p in run(borrowed(checkpoint=900.0), 1000.0, patient).preemptions] == ["b-y"]
+    with pytest.raises(ConfigError, match="patience"):
+        tiresias(patience=-1.0)
+
+
 def test_only_fresh_candidates_are_read_for_level_preemption() -> None:
     """`Occupancy.fresh` keeps the candidates by last checkpoint, as checkpoints come."""
     state = state_of(nodes(1, 8), [])
@@ -173,5 +225,7 @@ def test_victim_selection_reads_only_the_narrowed_attempts_of_the_own_group() ->
     plugin = profile.victims
     narrow = getattr(plugin, "narrow")  # noqa: B009
     assert [a.spec.id for a in narrow(preemptor, ("default", 1000), state, 1000.0)] == ["fresh"]
-    assert narrow(preemptor, ("default", 100), state, 1000.0) is None
+    assert narrow(preemptor, ("default", 100), state, 1000.0) == []  # patience: only the fresh
+    whole = getattr(tiresias(patience=0.0).victims, "narrow")  # noqa: B009
+    assert whole(preemptor, ("default", 100), state, 1000.0) is None  # no patience: the whole group
     assert not hasattr(load_policy("default").victims, "narrow")

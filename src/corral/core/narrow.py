@@ -30,7 +30,7 @@ def narrowed(
     if narrow is None:
         return _NONE
     found: Narrowed = {}
-    for key in ok:
+    for key in sorted(ok):  # a set: sorted, so that the narrowed groups' order never varies by run
         attempts = narrow(job, key, state, now)
         if attempts is not None:
             found[key] = attempts

@@ -23,7 +23,9 @@ Group = tuple[QueueName, int]  # (queue, priority value)
 
 _NONE, _WAITING, _COUNTED = 0, 1, 2  # RunningAttempt.candidate
 COUNTED = _COUNTED  # a candidate now (in `members`)
+WAITING = _WAITING  # inside its minimum run time (in `inside`)
 _NO_FRESH: list[tuple[float, JobId]] = []
+_NO_INSIDE: list[tuple[float, int, RunningAttempt]] = []
 _EARLY = 1e-6  # seconds: settle this much early, so float rounding never settles late
 
 
@@ -130,6 +132,11 @@ class Occupancy:
             else:
                 del self._by_group[key]
         return ends
+
+    def inside(self, group: Group) -> list[tuple[float, int, RunningAttempt]]:
+        """The group's attempts inside their minimum run time, as a heap of (time it ends, seq,
+        attempt); read only. Stale entries (`candidate` no longer WAITING) are left in."""
+        return self._by_group.get(group, _NO_INSIDE)
 
     def waiting(self) -> int:
         """Entries in the heap of attempts inside their minimum run time (stale ones included)."""

@@ -269,6 +269,13 @@ class Preemption:
             (t for (q, p), t in self.protection.items() if plugin.group_eligible(job, q, p, state, now)),
             default=None,
         )
+        # a plugin whose `group_eligible` reads only today's candidates (`tiresias`' levels) says
+        # itself when one inside its minimum run time would become a victim
+        soon = getattr(plugin, "protection_end", None)
+        if soon is not None:
+            later = soon(job, state, now)
+            if later is not None and (until is None or later < until):
+                until = later
         if pkey is not None:
             self.until[pkey] = (state.use_version, until)
         return until

@@ -6,8 +6,11 @@ priority class, jobs wait by level, then first come first served (submit time); 
 preempts a running job of its own queue and class whose level is strictly worse, only while the
 victim would lose at most `max_lost` seconds of work (since its last checkpoint, or its start).
 `starve` (seconds, 0: off) promotes a job that has waited that long in its current wait to level
-0 (`core/aging.py`). Everything else is `default`'s: queues by fair share, quotas and limits,
-preemption by higher classes, reclaim across queues, reservations and backfill.
+0 (`core/aging.py`). Reclaim across queues is `default`'s, except that for `patience` seconds
+after its submission a job takes back its queue's quota only from borrowers that would lose at
+most `max_lost` of work (after that, from any: the guarantee comes later, not never).
+Everything else is `default`'s: queues by fair share, quotas and limits, preemption by higher
+classes, reservations and backfill.
 
 Gu et al., "Tiresias: A GPU Cluster Manager for Distributed Deep Learning", NSDI '19.
 """
@@ -21,6 +24,7 @@ from operator import itemgetter
 
 from corral.core.jobs import PendingJob, RunningAttempt
 from corral.core.model import QueueName
+from corral.core.occupancy import WAITING
 from corral.core.state import ClusterState
 from corral.policies.victims import (
     PriorityReclaimArgs,
@@ -41,6 +45,10 @@ class TiresiasArgs(PriorityReclaimArgs):
     thresholds: tuple[float, ...] = (57_600.0,)
     max_lost: float = 600.0  # seconds of work a level preemption may cost its victim at most
     starve: float = 0.0  # seconds of waiting after which a job is promoted to level 0 (0: never)
+    # seconds after its submission during which a job reclaims its queue's quota only from
+    # borrowers that would lose at most `max_lost` of work (0: from any borrower at once); six
+    # hours by default (issue 16, sixth pass: restarts of long borrowers made Philly's tail)
+    patience: float = 21_600.0
 
     def __post_init__(self) -> None:
         PriorityReclaimArgs.__post_init__(self)
@@ -52,6 +60,8 @@ class TiresiasArgs(PriorityReclaimArgs):
             raise ValueError("max_lost must be >= 0 seconds (0: only just-checkpointed victims)")
         if not self.starve >= 0:
             raise ValueError("starve must be >= 0 seconds (0: no promotion)")
+        if not self.patience >= 0:
+            raise ValueError("patience must be >= 0 seconds (0: reclaim from any borrower at once)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +95,8 @@ class Tiresias:
 
     # ---- victims -------------------------------------------------------------------------
     def family_part(self, preemptor: PendingJob) -> int:
+        """Its level. `patience` reads its submit time too, but a walk meets a family's jobs of
+        one level oldest first, and a younger job may take no borrower an older one may not."""
         return self.job_level(preemptor)
 
     def preemptor_key(self, preemptor: PendingJob) -> Hashable | None:
@@ -95,15 +107,22 @@ class Tiresias:
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
     ) -> bool:
-        if reclaim_eligible(self.args, preemptor, victim, state, now):
-            return True
         mine, theirs = preemptor.spec, victim.spec
+        if reclaim_eligible(self.args, preemptor, victim, state, now):
+            return theirs.queue == mine.queue or self._patient(preemptor, victim, now)
         if theirs.queue != mine.queue or theirs.priority != mine.priority or protected(victim, state, now):
             return False
         if now - max(victim.start, victim.last_checkpoint) > self.args.max_lost:
             return False
         served = victim.job.attained + theirs.gpus * (now - victim.start)
         return self.level(served) > self.job_level(preemptor)
+
+    def _patient(self, preemptor: PendingJob, victim: RunningAttempt, now: float) -> bool:
+        """Whether reclaim may take this borrower: it would lose at most `max_lost`, or the
+        preemptor was submitted `patience` or more ago (the guarantee, later)."""
+        if self._patience_over(preemptor, now):
+            return True
+        return now - max(victim.start, victim.last_checkpoint) <= self.args.max_lost
 
     def group_eligible(
         self, preemptor: PendingJob, queue: QueueName, priority: int, state: ClusterState, now: float
@@ -134,52 +153,76 @@ class Tiresias:
     def narrow(
         self, preemptor: PendingJob, group: tuple[QueueName, int], state: ClusterState, now: float
     ) -> list[RunningAttempt] | None:
-        """Of its own queue and class, only the candidates it may take by level (`core/narrow.py`):
-        read from the newest checkpoints back to `now - max_lost`; other groups whole (None)."""
+        """The candidates it may take of a group (`core/narrow.py`): of its own queue and class,
+        those in a worse level that checkpointed (or started) within `max_lost`, read from the
+        newest checkpoints back; of another queue, while its `patience` lasts, those that
+        checkpointed within `max_lost`; otherwise the whole group (None)."""
         mine = preemptor.spec
         if group != (mine.queue, mine.priority):
-            return None
+            if self._patience_over(preemptor, now):
+                return None
+            return self._fresh(group, state, now, 0.0, True)
         thresholds = self.args.thresholds
         level = self.job_level(preemptor)
         if level >= len(thresholds):
             return []
-        floor = thresholds[level]
+        return self._fresh(group, state, now, thresholds[level], True)
+
+    def _patience_over(self, preemptor: PendingJob, now: float) -> bool:
+        """Whether its patience is over (or there is none): reclaim may take any borrower."""
+        patience = self.args.patience
+        return patience <= 0 or now - preemptor.spec.submit_time >= patience
+
+    def _fresh(
+        self, group: tuple[QueueName, int], state: ClusterState, now: float, floor: float, every: bool
+    ) -> list[RunningAttempt]:
+        """The group's candidates checkpointed (or started) since `now - max_lost` whose attained
+        service has reached `floor` (`every` False: only the first found), newest first: only
+        those are read (`Occupancy.fresh`), not the whole group."""
         occupancy = state.occupancy
         members = occupancy.members.get(group)
+        found: list[RunningAttempt] = []
         if members is None:
-            return []
+            return found
         entries = occupancy.fresh(group)
         cutoff = now - self.args.max_lost
-        found: list[RunningAttempt] = []
         i = len(entries) - 1
         while i >= 0 and entries[i][0] >= cutoff:
             a = members[entries[i][1]]
             if a.start < now and a.job.attained + a.spec.gpus * (now - a.start) >= floor:
                 found.append(a)
+                if not every:
+                    break
             i -= 1
         return found
+
+    def protection_end(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
+        """When the first attempt of its own queue and class that will then be below level 0
+        leaves its minimum run time (`Preemption._until`: the cycle is due then; `group_eligible`
+        reads only the attempts that are candidates now). Only one that could then lose at most
+        `max_lost`: it has checkpointed in this attempt, or its start is recent enough. It reads
+        of the preemptor only its queue and class, so that jobs of a family are told alike (a
+        preemptor at level 1 or below may be woken for nothing). None: no such attempt."""
+        floor = self.args.thresholds[0]
+        max_lost = self.args.max_lost
+        spec = preemptor.spec
+        first: float | None = None
+        for end, _, a in state.occupancy.inside((spec.queue, spec.priority)):
+            if a.candidate != WAITING or end <= now or (first is not None and end >= first):
+                continue
+            if a.last_checkpoint <= a.start and end - a.start > max_lost:
+                continue  # it will have more than `max_lost` to lose then, unless it checkpoints
+            if a.job.attained + a.spec.gpus * (end - a.start) >= floor:
+                first = end
+        return first
 
     def _worse_fresh(
         self, preemptor: PendingJob, group: tuple[QueueName, int], state: ClusterState, now: float
     ) -> bool:
         """Whether a candidate of the preemptor's own group has a worse level and would lose at
-        most `max_lost`: only the candidates checkpointed (or started) since `now - max_lost` are
-        read, newest first (`Occupancy.fresh`), not the whole group."""
+        most `max_lost` (`_fresh`: only the fresh candidates are read)."""
         thresholds = self.args.thresholds
         mine = self.job_level(preemptor)
         if mine >= len(thresholds):
             return False  # nobody is below the last level
-        floor = thresholds[mine]  # attained service from which a level is worse than mine
-        occupancy = state.occupancy
-        members = occupancy.members.get(group)
-        if members is None:
-            return False
-        entries = occupancy.fresh(group)
-        cutoff = now - self.args.max_lost
-        i = len(entries) - 1
-        while i >= 0 and entries[i][0] >= cutoff:
-            a = members[entries[i][1]]
-            if a.start < now and a.job.attained + a.spec.gpus * (now - a.start) >= floor:
-                return True
-            i -= 1
-        return False
+        return bool(self._fresh(group, state, now, thresholds[mine], False))

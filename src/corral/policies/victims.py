@@ -18,7 +18,9 @@ def protected(victim: RunningAttempt, state: ClusterState, now: float) -> bool:
     (`ClusterState.min_runtime`: doubled for every earlier attempt of the job)."""
     if not victim.spec.preemptible or victim.preempting_deadline is not None:
         return True
-    return now - victim.start < state.min_runtime(victim)
+    # `now < start + min_runtime`, not `now - start < min_runtime`: the sum is the time the cycle
+    # wakes at (`Occupancy.protection_ends`), and the difference may round below it there
+    return now < victim.start + state.min_runtime(victim)
 
 
 _first = itemgetter(0)
@@ -220,7 +222,7 @@ class AttainedService:
             # protected, inline: never non-preemptible, stopping, or inside its minimum run time
             if not spec.preemptible or a.preempting_deadline is not None:
                 continue
-            if now - start < runtime_of.get(spec.priority, 0.0) * (1 << min(a.attempt - 1, 6)):
+            if now < start + runtime_of.get(spec.priority, 0.0) * (1 << min(a.attempt - 1, 6)):
                 continue
             level = bisect_right(thresholds, served)
             # RunningAttempt.lost_work, inline

@@ -111,8 +111,20 @@ def build(
         if spec.queue not in queues:
             left_out.append(str(spec.id))
             continue
-        submitted.append((state.submit(spec, attempts=row.attempt), row))
+        submitted.append((queue_pending(state, spec, row), row))
     return InForce(model, profile, state, submitted, left_out=left_out)
+
+
+def queue_pending(state: ClusterState, spec: JobSpec, row: Any) -> PendingJob:
+    """Put a pending job read back from the database in the state (`scheduler_db.pending_jobs`).
+
+    A job that ran before waits again from its last attempt's end, as it did in memory before the
+    restart (`ClusterState.end`: aging counts from there, as Slurm's age factor counts from the
+    time a job became eligible, not its submission), and keeps its attained service."""
+    ran, requeued_at = getattr(row, "ran", None), getattr(row, "requeued_at", None)
+    attained = spec.gpus * max(0.0, float(ran)) if ran is not None else 0.0
+    queued_at = float(requeued_at) if requeued_at is not None else None
+    return state.submit(spec, attempts=row.attempt, attained=attained, queued_at=queued_at)
 
 
 def choose(

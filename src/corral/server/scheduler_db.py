@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from corral.store import schema
 
@@ -52,8 +52,21 @@ def live_attempts(conn: Connection) -> Sequence[Any]:
 
 
 def pending_jobs(conn: Connection) -> Sequence[Any]:
-    """Every pending job, in submission order, with what its reason and backoff were."""
-    j = schema.jobs
+    """Every pending job, in submission order, with what its reason and backoff were, and for
+    one that ran before, when its last attempt ended (`requeued_at`: its current wait began
+    then) and the seconds its attempts ran (`ran`: its attained service, per GPU)."""
+    j, a = schema.jobs, schema.attempts
+    ran = (
+        select(
+            a.c.job_id,
+            func.max(a.c.ended_at).label("requeued_at"),
+            func.sum(a.c.ended_at - a.c.started_at).label("ran"),
+        )
+        .join(j, j.c.id == a.c.job_id)
+        .where(j.c.state == "pending", a.c.ended_at.is_not(None))
+        .group_by(a.c.job_id)
+        .subquery()
+    )
     return conn.execute(
         select(
             j.c.spec,
@@ -66,7 +79,10 @@ def pending_jobs(conn: Connection) -> Sequence[Any]:
             j.c.id,
             j.c.array_id,
             j.c.dependency,
+            ran.c.requeued_at,
+            ran.c.ran,
         )
+        .select_from(j.outerjoin(ran, ran.c.job_id == j.c.id))
         .where(j.c.state == "pending")
         .order_by(j.c.seq)
     ).all()
