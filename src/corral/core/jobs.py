@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from corral.core.estimates import Estimate, Keys
+from corral.core.limits import FamilyLimits
 from corral.core.model import INFINITY, JobId, JobSpec, QueueSpec
 
 
@@ -294,6 +295,7 @@ class QueueState:
     by_family: dict[int, list[tuple[object, ...]]] = field(default_factory=dict)
     flagged: set[PendingJob] = field(default_factory=set)  # see `PendingJob`
     parts: FamilyParts = field(default_factory=FamilyParts)  # its families' jobs by part
+    limits: FamilyLimits = field(default_factory=FamilyLimits)  # ... and by time limit
 
     @property
     def effective_gpus(self) -> int:
@@ -305,6 +307,7 @@ class QueueState:
         insort(self.by_verdict.setdefault(job.verdict_key, []), job.key)
         insort(self.by_family.setdefault(job.family, []), job.key)
         self.parts.add(job)
+        self.limits.add(job.family, job.key, job.spec.time_limit)
 
     def leave_family(self, job: PendingJob) -> None:
         """Take a job out of the per-family order (the per-verdict order is its caller's)."""
@@ -313,6 +316,7 @@ class QueueState:
         if not keys:
             del self.by_family[job.family]
         self.parts.remove(job)
+        self.limits.remove(job.family, job.key)
 
 
 NO_END = INFINITY

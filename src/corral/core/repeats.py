@@ -330,17 +330,22 @@ class Walk:
 
     def _scan(self, fam: Family, end: float) -> int:
         """The first job from `fam.pos` on that may backfill by `end`: a time limit that ends by
-        then, and a (shape, time limit) not yet blocked in this cycle."""
-        keys, jobs, now = fam.keys, self.jobs, self.now
+        then, and a (shape, time limit) not yet blocked in this cycle (the queue's
+        `limits.FamilyLimits`, kept across cycles, passes over blocks of jobs whose limits end
+        too late)."""
         i = fam.scan_pos if end <= fam.scan_end and fam.scan_pos >= fam.pos else fam.pos
-        while i < len(keys):
-            job = jobs[keys[i][-1]]  # type: ignore[index]
-            limit = job.spec.time_limit
-            if limit is not None and now + limit <= end and self.first_blocked(job, blocked_key(job)) is None:
-                break
-            i += 1
+        i = fam.queue.limits.first(fam.family, fam.keys, self._limit, i, self.now, end, self._unblocked)
         fam.scan_pos, fam.scan_end = i, end
         return i
+
+    def _limit(self, job_id: JobId) -> float | None:
+        return self.jobs[job_id].spec.time_limit
+
+    def _unblocked(self, key: Key) -> bool:
+        """A job with a time limit (that ends by the window: `FamilyLimits.first` checked) whose
+        (shape, time limit) was not yet blocked in this cycle."""
+        job = self.jobs[key[-1]]  # type: ignore[index]
+        return job.spec.time_limit is not None and self.first_blocked(job, blocked_key(job)) is None
 
     # ---- what a (shape, time limit) was first told ------------------------------------------
     def first_blocked(self, job: PendingJob, shape: Hashable) -> Reason | None:

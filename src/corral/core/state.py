@@ -233,6 +233,7 @@ class ClusterState(NodeTable):
         for queue in self.queues.values():
             queue.by_verdict, queue.by_family = {}, {}
             queue.parts.clear()
+            queue.limits.clear()
             for job in queue.pending.values():
                 job.key = self.order_key(job)
                 queue.by_verdict.setdefault(job.verdict_key, []).append(job.key)
