@@ -159,4 +159,3 @@ class FamilyLimits:
             return len(keys)
         found = self.of(family, keys, limit).first(keys[pos], now, end, fits)
         return len(keys) if found is None else bisect_left(keys, found, pos)
-
