@@ -4,8 +4,9 @@ not turned down (its (shape, time limit) already blocked, in `repeats.Walk._scan
 
 Blocks kept up to date through random entries and leaves are compared with blocks cut from
 scratch, and every lookup (each position, windows at, between and around the limits, random sets
-of turned-down jobs) with the linear scan `repeats.Walk._scan` did before the index. Small blocks,
-so that families span many and blocks split and empty.
+of turned-down jobs and of limits known to be turned down) with the linear scan
+`repeats.Walk._scan` did before the index. Small blocks, so that families span many and blocks
+split and empty.
 """
 
 from __future__ import annotations
@@ -26,13 +27,19 @@ Key = tuple[object, ...]
 
 
 def linear(
-    keys: list[Key], limit: dict[object, float | None], pos: int, now: float, end: float, down: set[object]
+    keys: list[Key],
+    limit: dict[object, float | None],
+    pos: int,
+    now: float,
+    end: float,
+    down: set[object],
+    down_limits: set[float],
 ) -> int:
     """The scan before the index: each job from `pos` on, in order."""
     i = pos
     while i < len(keys):
         lim = limit[keys[i][-1]]
-        if lim is not None and now + lim <= end and keys[i][-1] not in down:
+        if lim is not None and now + lim <= end and keys[i][-1] not in down and lim not in down_limits:
             break
         i += 1
     return i
@@ -57,10 +64,11 @@ def check_lookups(
     ends = [now + v + d for v in values for d in (-0.5, 0.0, 0.5)] + [now - 1.0, float("inf")]
     for end in rng.sample(ends, min(len(ends), 6)):
         for down in (set(), {k[-1] for k in keys if rng.random() < 0.5}, {k[-1] for k in keys}):
+            down_limits = {v for v in values if rng.random() < 0.3}
             for pos in range(len(keys) + 1):
-                expected = linear(keys, limit, pos, now, end, down)
+                expected = linear(keys, limit, pos, now, end, down, down_limits)
                 got = index.first(
-                    family, keys, limit.__getitem__, pos, now, end,
+                    family, keys, limit.__getitem__, pos, now, end, set(down_limits),
                     lambda key, down=down: limit[key[-1]] is not None and key[-1] not in down,  # type: ignore[misc]
                 )  # fmt: skip
                 assert got == expected, (pos, end, down)
@@ -127,7 +135,7 @@ def test_a_block_whose_smallest_limit_ends_too_late_is_passed_without_visiting_i
     index = FamilyLimits()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(limits, "BLOCK", 10)
-        assert index.first(0, keys, limit.__getitem__, 5, 100.0, 100.0 + 3600.0, fits) == 900
+        assert index.first(0, keys, limit.__getitem__, 5, 100.0, 100.0 + 3600.0, set(), fits) == 900
     assert seen == [(900, "j900")]
 
 

@@ -90,9 +90,11 @@ class Blocks:
         if limit == self.mins[b]:
             self.mins[b] = min(limits)
 
-    def first(self, at: Key, now: float, end: float, fits: Callable[[Key], bool]) -> Key | None:
-        """The first key from `at` on (`at` included) whose limit ends by `end` and that `fits`
-        accepts (None: none)."""
+    def first(
+        self, at: Key, now: float, end: float, down: set[float], fits: Callable[[Key], bool]
+    ) -> Key | None:
+        """The first key from `at` on (`at` included) whose limit ends by `end`, is not in `down`
+        and that `fits` accepts (None: none)."""
         firsts = self.firsts
         b = max(0, bisect_right(firsts, at) - 1)
         if b >= len(firsts):
@@ -103,7 +105,8 @@ class Blocks:
             if now + mins[b] <= end:
                 keys, limits = self.keys[b], self.limits[b]
                 for j in range(i, len(keys)):
-                    if now + limits[j] <= end and fits(keys[j]):
+                    limit = limits[j]
+                    if now + limit <= end and limit not in down and fits(keys[j]):
                         return keys[j]
             b += 1
             i = 0
@@ -151,11 +154,14 @@ class FamilyLimits:
         pos: int,
         now: float,
         end: float,
+        down: set[float],
         fits: Callable[[Key], bool],
     ) -> int:
         """The index in `keys` of the first job from `pos` on whose time limit ends by `end`
-        (`now + limit <= end`) and that `fits` accepts (`len(keys)`: none)."""
+        (`now + limit <= end`), is not in `down` and that `fits` accepts (`len(keys)`: none).
+        `down`: limits that `fits` is known to turn down (it may add to them, as the walk adds
+        the limits found blocked in its cycle: a job is then passed by a set lookup)."""
         if pos >= len(keys):
             return len(keys)
-        found = self.of(family, keys, limit).first(keys[pos], now, end, fits)
+        found = self.of(family, keys, limit).first(keys[pos], now, end, down, fits)
         return len(keys) if found is None else bisect_left(keys, found, pos)
