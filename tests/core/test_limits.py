@@ -106,7 +106,9 @@ def test_blocks_kept_up_to_date_find_what_a_linear_scan_finds(
             key = (where % 1000, f"k{step}")
             limit[key[-1]] = lim
             keys.insert(bisect_left(keys, key), key)
-            index.add(family, key, lim)  # (nothing while the family has no blocks)
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(limits, "BLOCK", size)
+                index.add(family, key, lim, len(keys) == 1)  # (a family's first job cuts its blocks)
         else:
             key = keys.pop(where % len(keys))
             index.remove(family, key)
@@ -185,7 +187,8 @@ def test_the_queues_blocks_follow_submissions_starts_and_removals(seed: int) -> 
             for queue in state.queues.values():
                 assert set(queue.limits.families) <= set(queue.by_family)
                 for family, keys in queue.by_family.items():
-                    if rng.random() < 0.5:  # a walk asks about it: kept up to date from then on
+                    # cut when its first job entered (kept up to date since), else when asked
+                    if family not in queue.limits.families and rng.random() < 0.5:
                         continue
                     limit = {k[-1]: state.jobs[k[-1]].spec.time_limit for k in keys}  # type: ignore[index]
                     queue.limits.of(family, keys, limit.__getitem__)

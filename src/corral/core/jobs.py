@@ -305,9 +305,10 @@ class QueueState:
     def enter(self, job: PendingJob) -> None:
         """Put a pending job (its `key` set) into the per-verdict and per-family orders."""
         insort(self.by_verdict.setdefault(job.verdict_key, []), job.key)
-        insort(self.by_family.setdefault(job.family, []), job.key)
+        family = self.by_family.setdefault(job.family, [])
+        insort(family, job.key)
         self.parts.add(job)
-        self.limits.add(job.family, job.key, job.spec.time_limit)
+        self.limits.add(job.family, job.key, job.spec.time_limit, len(family) == 1)
 
     def leave_family(self, job: PendingJob) -> None:
         """Take a job out of the per-family order (the per-verdict order is its caller's)."""

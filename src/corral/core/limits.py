@@ -5,8 +5,9 @@ visiting each job (`repeats.Walk._scan`: on 5,000 nodes a family of one-GPU jobs
 their time limits holds thousands, and a walk asks several times a cycle).
 
 Kept up to date as jobs enter and leave their queue (`QueueState.enter`, `leave_family`), like
-`jobs.FamilyParts`: a family is split into blocks when first asked about, and every split is
-dropped when the order changes (`clear`). A block holds `BLOCK` to `2 * BLOCK` keys (split when
+`jobs.FamilyParts`: a family is cut into blocks when its first job enters (or, after the order
+changed and every cut was dropped, `clear`, when first asked about: not in a cycle that starts
+jobs after a long quiet backlog). A block holds `BLOCK` to `2 * BLOCK` keys (split when
 larger; an emptied block goes): a lookup costs O(blocks passed + the jobs of the blocks looked
 into), an entry or a leave O(BLOCK).
 
@@ -126,10 +127,14 @@ class FamilyLimits:
         """The order keys changed: split again when asked."""
         self.families = {}
 
-    def add(self, family: int, key: Key, limit: float | None) -> None:
+    def add(self, family: int, key: Key, limit: float | None, new: bool) -> None:
+        """`key` entered `family` (`new`: as its only job; a family that has no blocks otherwise
+        is cut when first asked about)."""
         blocks = self.families.get(family)
         if blocks is not None:
             blocks.add(key, limit_of(limit))
+        elif new:
+            self.families[family] = Blocks([key], [limit_of(limit)], BLOCK)
 
     def remove(self, family: int, key: Key) -> None:
         blocks = self.families.get(family)
