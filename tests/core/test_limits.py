@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.core import limits
+from corral.core.jobs import PendingJob
 from corral.core.limits import Blocks, FamilyLimits, limit_of
 from corral.core.model import JobId, JobSpec, NodeName, NodeSpec, QueueName, QueueSpec
 from corral.core.state import ClusterState
@@ -141,6 +142,10 @@ def test_a_block_whose_smallest_limit_ends_too_late_is_passed_without_visiting_i
     assert seen == [(900, "j900")]
 
 
+def _by_seq_mod_3(job: PendingJob) -> tuple[object, ...]:
+    return (job.spec.seq % 3, job.spec.seq, job.spec.id)
+
+
 def _state() -> ClusterState:
     nodes = [NodeSpec(NodeName(f"n{i}"), 8, "H100-80GB", labels={"leaf": "l0"}) for i in range(2)]
     queues = [QueueSpec(QueueName("a"), quota=8), QueueSpec(QueueName("b"), quota=8)]
@@ -150,8 +155,8 @@ def _state() -> ClusterState:
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_the_queues_blocks_follow_submissions_starts_and_removals(seed: int) -> None:
-    """Through a real `ClusterState`: after each submission, start, removal or requeue, every
-    family's blocks (for those cut so far) hold its order, and lookups match the linear scan."""
+    """Through a real `ClusterState`: after each submission, start, removal, requeue or change of
+    order, every family's blocks hold its order, and lookups match the linear scan."""
     rng = random.Random(seed)
     state = _state()
     seq, now = 0, 0.0
@@ -169,6 +174,8 @@ def test_the_queues_blocks_follow_submissions_starts_and_removals(seed: int) -> 
                     time_limit=rng.choice((None, 60.0, 600.0, 3600.0, float(rng.randint(1, 9999)))),
                 )  # fmt: skip
                 state.submit(spec)
+            elif action < 0.6:  # another order: every family cut again
+                state.set_order(None if state.key_fn is not None else _by_seq_mod_3)
             elif action < 0.8:
                 state.remove_pending(JobId(rng.choice(pending)))
             elif state.running and action < 0.9:
@@ -187,9 +194,7 @@ def test_the_queues_blocks_follow_submissions_starts_and_removals(seed: int) -> 
             for queue in state.queues.values():
                 assert set(queue.limits.families) <= set(queue.by_family)
                 for family, keys in queue.by_family.items():
-                    # cut when its first job entered (kept up to date since), else when asked
-                    if family not in queue.limits.families and rng.random() < 0.5:
-                        continue
+                    assert family in queue.limits.families  # cut when its first job entered
                     limit = {k[-1]: state.jobs[k[-1]].spec.time_limit for k in keys}  # type: ignore[index]
                     queue.limits.of(family, keys, limit.__getitem__)
                     check_blocks(queue.limits.families[family], keys, limit)

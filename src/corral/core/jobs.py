@@ -302,6 +302,9 @@ class QueueState:
         """GPUs counted for quotas and reclaim: allocated, minus leaving, plus nominated."""
         return self.alloc_gpus - self.leaving_gpus + self.incoming_gpus
 
+    def time_limit(self, job_id: JobId) -> float | None:
+        return self.pending[job_id].spec.time_limit
+
     def enter(self, job: PendingJob) -> None:
         """Put a pending job (its `key` set) into the per-verdict and per-family orders."""
         insort(self.by_verdict.setdefault(job.verdict_key, []), job.key)

@@ -5,9 +5,9 @@ visiting each job (`repeats.Walk._scan`: on 5,000 nodes a family of one-GPU jobs
 their time limits holds thousands, and a walk asks several times a cycle).
 
 Kept up to date as jobs enter and leave their queue (`QueueState.enter`, `leave_family`), like
-`jobs.FamilyParts`: a family is cut into blocks when its first job enters (or, after the order
-changed and every cut was dropped, `clear`, when first asked about: not in a cycle that starts
-jobs after a long quiet backlog). A block holds `BLOCK` to `2 * BLOCK` keys (split when
+`jobs.FamilyParts`: a family is cut into blocks when its first job enters, and every family
+again when the order changes (`cut`; not in the first cycle that scans it: on a long backlog, a
+cycle that starts jobs after quiet ones). A block holds `BLOCK` to `2 * BLOCK` keys (split when
 larger; an emptied block goes): a lookup costs O(blocks passed + the jobs of the blocks looked
 into), an entry or a leave O(BLOCK).
 
@@ -123,9 +123,12 @@ class FamilyLimits:
     def __init__(self) -> None:
         self.families: dict[int, Blocks] = {}
 
-    def clear(self) -> None:
-        """The order keys changed: split again when asked."""
+    def cut(self, by_family: dict[int, list[Key]], limit: Callable[[JobId], float | None]) -> None:
+        """The order keys changed: cut every family again (`by_family`: each family's sorted keys),
+        now rather than in the first cycle that scans it."""
         self.families = {}
+        for family, keys in by_family.items():
+            self.of(family, keys, limit)
 
     def add(self, family: int, key: Key, limit: float | None, new: bool) -> None:
         """`key` entered `family` (`new`: as its only job; a family that has no blocks otherwise

@@ -233,7 +233,6 @@ class ClusterState(NodeTable):
         for queue in self.queues.values():
             queue.by_verdict, queue.by_family = {}, {}
             queue.parts.clear()
-            queue.limits.clear()
             for job in queue.pending.values():
                 job.key = self.order_key(job)
                 queue.by_verdict.setdefault(job.verdict_key, []).append(job.key)
@@ -243,6 +242,7 @@ class ClusterState(NodeTable):
                 keys.sort()
             for keys in queue.by_family.values():
                 keys.sort()
+            queue.limits.cut(queue.by_family, queue.time_limit)
 
     # ---- attempts ----------------------------------------------------------------------
     def start(
