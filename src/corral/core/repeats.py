@@ -337,19 +337,16 @@ class Walk:
         `limits.FamilyLimits`, kept across cycles, passes over blocks of jobs whose limits end
         too late)."""
         i = fam.scan_pos if end <= fam.scan_end and fam.scan_pos >= fam.pos else fam.pos
-        limits = fam.queue.limits
-        i = limits.first(fam.family, fam.keys, self._limit, i, self.now, end, fam.down, self._unblocked)
+        queue = fam.queue
+        i = queue.limits.first(
+            fam.family, fam.keys, queue.time_limit, i, self.now, end, fam.down, self._unblocked
+        )
         fam.scan_pos, fam.scan_end = i, end
         return i
 
-    def _limit(self, job_id: JobId) -> float | None:
-        return self.jobs[job_id].spec.time_limit
-
     def _unblocked(self, key: Key) -> bool:
-        """A job with a time limit (that ends by the window: `FamilyLimits.first` checked) whose
-        (shape, time limit) was not yet blocked in this cycle. Within a family that depends on
-        the limit alone, and once blocked a limit stays so for the cycle: its family's `down`
-        remembers it."""
+        """A job with a time limit whose (shape, time limit) was not yet blocked in this cycle (in
+        a family, the limit alone decides, and stays blocked: `Family.down` remembers it)."""
         job = self.jobs[key[-1]]  # type: ignore[index]
         limit = job.spec.time_limit
         if limit is None:
