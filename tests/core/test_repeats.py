@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from corral.core import cycle as cycle_module
+from corral.core import limits as limits_module
 from corral.core import order, repeats
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult
@@ -131,9 +132,11 @@ def test_passing_over_jobs_no_backfill_window_holds_changes_nothing(
     seed: int, policy: str, limits: int
 ) -> None:
     """Families whose jobs differ by their time limits: the walk passes over the jobs that no
-    backfill window can hold, and looks at the rest; nothing differs from looking at each."""
+    backfill window can hold, and looks at the rest; nothing differs from looking at each. Small
+    blocks of the families' time limits (`limits.FamilyLimits`), so that a family spans many."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(repeats, "FEW_JOBS", 0)
+        patch.setattr(limits_module, "BLOCK", 2)
         walked = play(seed, policy, limits)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(repeats, "MANY_SHAPES", -1)

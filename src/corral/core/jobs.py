@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from corral.core.estimates import Estimate, Keys
+from corral.core.limits import FamilyLimits
 from corral.core.model import INFINITY, JobId, JobSpec, QueueSpec
 
 
@@ -294,17 +295,23 @@ class QueueState:
     by_family: dict[int, list[tuple[object, ...]]] = field(default_factory=dict)
     flagged: set[PendingJob] = field(default_factory=set)  # see `PendingJob`
     parts: FamilyParts = field(default_factory=FamilyParts)  # its families' jobs by part
+    limits: FamilyLimits = field(default_factory=FamilyLimits)  # ... and by time limit
 
     @property
     def effective_gpus(self) -> int:
         """GPUs counted for quotas and reclaim: allocated, minus leaving, plus nominated."""
         return self.alloc_gpus - self.leaving_gpus + self.incoming_gpus
 
+    def time_limit(self, job_id: JobId) -> float | None:
+        return self.pending[job_id].spec.time_limit
+
     def enter(self, job: PendingJob) -> None:
         """Put a pending job (its `key` set) into the per-verdict and per-family orders."""
         insort(self.by_verdict.setdefault(job.verdict_key, []), job.key)
-        insort(self.by_family.setdefault(job.family, []), job.key)
+        family = self.by_family.setdefault(job.family, [])
+        insort(family, job.key)
         self.parts.add(job)
+        self.limits.add(job.family, job.key, job.spec.time_limit, len(family) == 1)
 
     def leave_family(self, job: PendingJob) -> None:
         """Take a job out of the per-family order (the per-verdict order is its caller's)."""
@@ -313,6 +320,7 @@ class QueueState:
         if not keys:
             del self.by_family[job.family]
         self.parts.remove(job)
+        self.limits.remove(job.family, job.key)
 
 
 NO_END = INFINITY

@@ -99,6 +99,7 @@ class Judge(Protocol):
 class Family:
     __slots__ = (
         "base",
+        "down",
         "family",
         "flags",
         "index",
@@ -126,6 +127,7 @@ class Family:
         self.runs: list[tuple[Key, Key, Reason | PerLimit]] = []
         self.scan_pos = 0  # the jobs from `pos` to here cannot backfill by `scan_end`
         self.scan_end = -1.0
+        self.down: set[float] = set()  # time limits of its jobs found blocked in this cycle
         self.base: tuple[object, ...] | None = None  # (shape, queue, class) of its jobs
         self.preemptible = True  # ... and their preemptibility (both set by `Walk._twins`)
 
@@ -138,7 +140,8 @@ class Walk:
         self.jobs = jobs
         self.now = now = judge.now
         self.families: list[Family] = []
-        by_id: dict[int, Family] = {}
+        self.by_id: dict[int, Family] = {}
+        by_id = self.by_id
         for queue in queues:
             for family, keys in queue.by_family.items():
                 by_id[family] = fam = Family(len(self.families), keys, queue, family)
@@ -330,17 +333,28 @@ class Walk:
 
     def _scan(self, fam: Family, end: float) -> int:
         """The first job from `fam.pos` on that may backfill by `end`: a time limit that ends by
-        then, and a (shape, time limit) not yet blocked in this cycle."""
-        keys, jobs, now = fam.keys, self.jobs, self.now
+        then, and a (shape, time limit) not yet blocked in this cycle (the queue's
+        `limits.FamilyLimits`, kept across cycles, passes over blocks of jobs whose limits end
+        too late)."""
         i = fam.scan_pos if end <= fam.scan_end and fam.scan_pos >= fam.pos else fam.pos
-        while i < len(keys):
-            job = jobs[keys[i][-1]]  # type: ignore[index]
-            limit = job.spec.time_limit
-            if limit is not None and now + limit <= end and self.first_blocked(job, blocked_key(job)) is None:
-                break
-            i += 1
+        queue = fam.queue
+        i = queue.limits.first(
+            fam.family, fam.keys, queue.time_limit, i, self.now, end, fam.down, self._unblocked
+        )
         fam.scan_pos, fam.scan_end = i, end
         return i
+
+    def _unblocked(self, key: Key) -> bool:
+        """A job with a time limit whose (shape, time limit) was not yet blocked in this cycle (in
+        a family, the limit alone decides, and stays blocked: `Family.down` remembers it)."""
+        job = self.jobs[key[-1]]  # type: ignore[index]
+        limit = job.spec.time_limit
+        if limit is None:
+            return False
+        if self.first_blocked(job, blocked_key(job)) is None:
+            return True
+        self.by_id[job.family].down.add(limit)
+        return False
 
     # ---- what a (shape, time limit) was first told ------------------------------------------
     def first_blocked(self, job: PendingJob, shape: Hashable) -> Reason | None:

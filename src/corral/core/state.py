@@ -242,6 +242,7 @@ class ClusterState(NodeTable):
                 keys.sort()
             for keys in queue.by_family.values():
                 keys.sort()
+            queue.limits.cut(queue.by_family, queue.time_limit)
 
     # ---- attempts ----------------------------------------------------------------------
     def start(
