@@ -56,3 +56,41 @@ def test_a_per_node_job_preempts_every_attempt_on_the_node_it_takes() -> None:
     assert sorted(p.job for p in result.preemptions) == ["c", "d"]
     assert [(n.job, [r.node for r in n.placement]) for n in result.nominations] == [("urgent", ["n01"])]
     invariants.check(state)
+
+
+def test_a_nomination_moves_a_reservation_that_counted_on_its_gpus() -> None:
+    """q1's head reserves the GPU that `low` frees at its time limit (100 s); later in the same
+    cycle a normal-class job of q0 preempts `low` and is nominated to that node, which it will
+    hold with no time limit. The reservation may not stay there: it is searched again with the
+    nomination held (found by tests/core/test_properties_mixed.py)."""
+    from corral.core.cycle import schedule
+    from corral.core.model import JobSpec, NodeSpec, PriorityClass, QueueName, QueueSpec
+    from corral.core.state import ClusterState
+    from corral.policies.registry import load_policy
+    from tests.core.test_properties import check_reservations_hold
+
+    labels = {"spine": "s0", "leaf": "l0"}
+    two = [NodeSpec(NodeName(f"n{i}"), 2, "H100-80GB", labels=labels) for i in range(2)]
+    queues = [QueueSpec(QueueName("q0"), quota=2), QueueSpec(QueueName("q1"), quota=0)]
+    classes = [PriorityClass("low", 0, 0.0), PriorityClass("normal", 100, 0.0)]
+    state = ClusterState.build(("spine", "leaf"), two, queues, classes)
+    low, normal = {"priority": 0, "priority_class": "low"}, {"priority": 100, "priority_class": "normal"}
+
+    def spec(i: int, queue: str, at: float, **kw: object) -> JobSpec:
+        one = {"replicas": 1, "gpus_per_replica": 1, "seq": i, "submit_time": at}
+        return JobSpec(JobId(f"j{i}"), QueueName(queue), **one, **kw)  # type: ignore[arg-type]
+
+    policy = load_policy("default")
+    state.submit(spec(0, "q0", 0.0, time_limit=100.0, **low))
+    state.submit(spec(2, "q0", 0.0, preemptible=False, launch=Launch.PER_NODE, **normal))
+    assert len(schedule(state, policy, 0.0).starts) == 2  # the cluster is full from here on
+    state.submit(spec(3, "q0", 50.0, preemptible=False, launch=Launch.PER_NODE, **normal))
+    state.submit(spec(4, "q1", 50.0, launch=Launch.PER_NODE, **low))
+    result = schedule(state, policy, 50.0)
+    assert [(p.job, p.by) for p in result.preemptions] == [("j0", "j3")]
+    check_reservations_hold(state, result)
+    # both nodes are held by jobs without a time limit now: no reservation, and the reason says so
+    assert result.reservations == []
+    reason = result.reason_of(JobId("j4"))
+    assert reason is not None and "no reservation" in reason.message, reason
+    invariants.check(state)

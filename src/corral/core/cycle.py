@@ -105,6 +105,11 @@ class _Cycle:
         self.reasons = result.reasons
         self.reservations: list[reserve.Reservation] = []
         self.reserved_queues: set[str] = set()
+        # changes whenever a reservation is made or moved (the memories below are keyed by it)
+        self.reservation_gen = 0
+        # a reservation's job -> (its job, request, reason before the reservation): to search
+        # again when a nomination takes GPUs it counted on (`displace`)
+        self.reserved_for: dict[JobId, tuple[PendingJob, Request, Reason]] = {}
         # (shape, queue, class, time limit) -> what its first job blocked by capacity was told;
         # a walk records the jobs it passes lazily (`repeats.Walk.first_blocked`)
         self.blocked: dict[Hashable, Reason] = {}
@@ -197,7 +202,7 @@ class _Cycle:
     def epoch(self) -> Epoch:
         """What every answer below depends on, besides static capacity: it changes when any
         queue's counted GPUs change, a reservation is made, or preemption is deferred."""
-        return (self.state.use_version, len(self.reservations), self.preemption.deferred)
+        return (self.state.use_version, self.reservation_gen, self.preemption.deferred)
 
     def family_verdict(self, job: PendingJob) -> Verdict | None:
         """What `consider` would tell an ordinary job of `job`'s family that repeats no verdict and
@@ -349,7 +354,7 @@ class _Cycle:
         if not self.reservations:
             return []
         known = self.reserved_memo.get(req.classes)
-        if known is not None and known[0] == len(self.reservations):
+        if known is not None and known[0] == self.reservation_gen:
             return known[1]
         allowed, node_class = set(req.classes), self.state.node_class
         held = [
@@ -357,13 +362,13 @@ class _Cycle:
             for r in self.reservations
         ]
         found = sorted(h for h in held if h[2])
-        self.reserved_memo[req.classes] = (len(self.reservations), found)
+        self.reserved_memo[req.classes] = (self.reservation_gen, found)
         return found
 
     def _held_free(self, req: Request, held: list[tuple[str, float, tuple[int, ...]]]) -> int:
         """`reasons.held_free_gpus`, remembered per classes while neither the reservations nor
         any node changes."""
-        key = (len(self.reservations), self.state.node_version)
+        key = (self.reservation_gen, self.state.node_version)
         known = self.held_free_memo.get(req.classes)
         if known is not None and known[0] == key:
             return known[1]
@@ -373,7 +378,6 @@ class _Cycle:
 
     def _reserve(self, job: PendingJob, req: Request, why: Reason) -> Reason:
         """Reserve capacity for the first capacity-blocked job of its queue; the reason it waits."""
-        state = self.state
         queue = job.spec.queue
         if (
             self.profile.backfill
@@ -381,27 +385,54 @@ class _Cycle:
             and len(self.reservations) < self.profile.max_reservations
         ):
             self.reserved_queues.add(queue)
-            found, estimate = reserve.earliest_fit(state, req, self.now), None
-            hold_after = self.profile.hold_after
-            if found is None and hold_after is not None and state.want_estimates(self.now):
-                found, estimate = estimated_hold(state, job, req, self.now)
-                hold_at = job.spec.submit_time + hold_after
-                if found is not None and hold_at > self.now and not confident(estimate):
-                    self.result.wake_at(hold_at)  # aging: a poor estimate holds GPUs once it has waited
-                    return why_text.hold_later(why, hold_at, self.now)
-            if found is None:
-                text = "; no reservation: the GPUs it needs are held by jobs without a time limit"
-                return Reason(why.code, why.message + text, why.at)
-            found = reserve.Reservation(job.spec.id, found.start, found.capacity)
-            reserve.hold(state, found)
-            self.reservations.append(found)
-            capacity = tuple((state.specs[n].name, c) for n, c in found.capacity)
-            self.result.reservations.append(Reserve(job.spec.id, found.start, capacity))
-            self.result.wake_at(found.start)
-            if estimate is not None:
-                return why_text.with_estimated_reservation(why, found.start, self.now, estimate)
-            return why_text.with_reservation(why, found.start, self.now)
+            return self._hold(job, req, why)
         return why
+
+    def _hold(self, job: PendingJob, req: Request, why: Reason) -> Reason:
+        """Search the earliest capacity for the job and hold it (a reservation); the reason."""
+        state = self.state
+        found, estimate = reserve.earliest_fit(state, req, self.now), None
+        hold_after = self.profile.hold_after
+        if found is None and hold_after is not None and state.want_estimates(self.now):
+            found, estimate = estimated_hold(state, job, req, self.now)
+            hold_at = job.spec.submit_time + hold_after
+            if found is not None and hold_at > self.now and not confident(estimate):
+                self.result.wake_at(hold_at)  # aging: a poor estimate holds GPUs once it has waited
+                return why_text.hold_later(why, hold_at, self.now)
+        if found is None:
+            text = "; no reservation: the GPUs it needs are held by jobs without a time limit"
+            return Reason(why.code, why.message + text, why.at)
+        found = reserve.Reservation(job.spec.id, found.start, found.capacity)
+        reserve.hold(state, found)
+        self.reservations.append(found)
+        self.reservation_gen += 1
+        self.reserved_for[job.spec.id] = (job, req, why)
+        capacity = tuple((state.specs[n].name, c) for n, c in found.capacity)
+        self.result.reservations.append(Reserve(job.spec.id, found.start, capacity))
+        self.result.wake_at(found.start)
+        if estimate is not None:
+            return why_text.with_estimated_reservation(why, found.start, self.now, estimate)
+        return why_text.with_reservation(why, found.start, self.now)
+
+    def displace(self, held: list[NodeMask]) -> None:
+        """A nomination holds these GPUs from now on: every reservation of this cycle on their
+        nodes is searched again with them held (it stays where it was if it still fits; it moves
+        later, or goes, if it counted on them), and its job's reason follows. A reservation never
+        counts on GPUs nominated to another job (DESIGN section 2: nobody else gets them)."""
+        nodes = {n for n, _ in held}
+        hit = [r for r in self.reservations if any(n in nodes for n, _ in r.capacity)]
+        if not hit:
+            return
+        state, result = self.state, self.result
+        for r in hit:
+            self.reservations.remove(r)
+            for node, gpus in r.capacity:
+                state.set_reserved(node, state.reserved[node] - gpus)
+            result.reservations[:] = [x for x in result.reservations if x.job != r.job]
+        self.reservation_gen += 1
+        for r in hit:
+            job, req, why = self.reserved_for.pop(JobId(r.job))
+            result.reasons[job.spec.id] = self._hold(job, req, why)
 
     def remove_started(self) -> None:
         for name, ids in self.started.items():

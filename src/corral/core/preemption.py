@@ -47,6 +47,8 @@ class Host(Protocol):
 
     def epoch(self) -> tuple[int, int, bool]: ...
 
+    def displace(self, held: list[NodeMask]) -> None: ...
+
 
 class Preemption:
     """One cycle's preemption phase and its memory (the cycle passes itself to each call, so
@@ -196,6 +198,7 @@ class Preemption:
             host.result.preemptions.append(Preempt(v.spec.id, v.attempt, job.spec.id, deadline, reason))
         state.nominate(job, placed, frozenset(ids), host.now)
         held = job.nomination.held if job.nomination is not None else placed
+        host.displace(held)  # the reservations that counted on these GPUs are searched again
         host.result.nominations.append(Nominate(job.spec.id, placement, ids))
         host.result.reasons[job.spec.id] = Reason(
             Why.NOMINATED, f"preempting {', '.join(ids)} {why}; starts when they stop"

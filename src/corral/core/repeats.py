@@ -50,7 +50,7 @@ from corral.core.state import ClusterState
 
 Key = tuple[object, ...]
 Verdicts = dict[int, tuple[int, Reason]]  # verdict key -> (queues' use version, reason)
-Epoch = tuple[int, int, bool]  # (queues' use version, reservations made, preemption deferred)
+Epoch = tuple[int, int, bool]  # (queues' use version, reservations made or moved, preemption deferred)
 MANY_SHAPES = 512  # above this many families in one walk, looking at each job costs less
 FEW_JOBS = 8  # up to this many jobs in one walk, looking at each job costs less
 ADMISSION, CAPACITY, REPEAT = 0, 1, 2
