@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from corral.policies.registry import load_policy
+from corral.policies.registry import load_policy, parse_plugin_args
 from corral.sim.engine import Simulation
 from corral.sim.eventlog import EventLog
 from overload_trace import overload_cluster, overload_trace
@@ -116,6 +116,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--nodes", type=int, default=128)
     parser.add_argument("--policy", default="default")
+    parser.add_argument("--arg", action="append", default=[], help="PLUGIN.KEY=VALUE (tiresias.patience=0)")
     args = parser.parse_args()
     cluster = overload_cluster(args.nodes)
     jobs = overload_trace()[: args.jobs]
@@ -123,7 +124,8 @@ def main() -> None:
     from corral.sim.metrics import Measures
 
     measures = Measures()
-    Simulation(cluster, jobs, load_policy(args.policy), EventLog([check.feed, measures.feed])).run()
+    policy = load_policy(args.policy, parse_plugin_args(args.arg))
+    Simulation(cluster, jobs, policy, EventLog([check.feed, measures.feed])).run()
     queues = measures.summary()["queues"]
     for q, row in check.report().items():
         below = queues.get(q, {}).get("below_quota_fraction")
