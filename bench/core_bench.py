@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from corral.core import cycle as cycle_module
 from corral.core import invariants
+from corral.core import rejections as rejections_module
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult
 from corral.core.model import JobId, JobSpec, NodeName, NodeSpec, QueueName, QueueSpec, Topology
@@ -135,9 +135,9 @@ check_state = invariants.check
 # `schedule()` first checks that newly submitted jobs can ever fit (DESIGN.md 4.8), then runs the
 # phases. To show the lead where the time goes, that check is run (by the same function, on the
 # same jobs) just before `schedule()`, which then finds nothing unchecked; the cycle's time is
-# the sum of the two. Without the private function (renamed?) the cycle is timed as one call.
-_CHECK: Callable[[ClusterState, Profile, CycleResult], None] | None = getattr(
-    cycle_module, "_reject_never_fitting", None
+# the sum of the two. Without the function (an older tree, `--src`) the cycle is timed as one call.
+_CHECK: Callable[[ClusterState, CycleResult], None] | None = getattr(
+    rejections_module, "reject_never_fitting", None
 )
 
 
@@ -158,7 +158,7 @@ def timed_schedule(state: ClusterState, profile: Profile, now: float) -> Timed:
     checked = CycleResult(now)
     if _CHECK is not None:
         t0 = time.perf_counter()
-        _CHECK(state, profile, checked)
+        _CHECK(state, checked)
         check_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     result = schedule(state, profile, now)

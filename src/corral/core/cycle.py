@@ -14,15 +14,15 @@ from collections.abc import Hashable
 
 from corral.core import aging, order, repeats, reserve
 from corral.core import reasons as why_text
-from corral.core.decisions import CycleResult, Reason, Reject, Reserve, Start, Why
+from corral.core.decisions import CycleResult, Reason, Reserve, Start, Why
 from corral.core.estimated_holds import ESTIMATES_KEPT, confident, estimated_hold
 from corral.core.fairshare import advance_usage, note_reclaiming
-from corral.core.jobs import PartOf, PendingJob, shape_of
-from corral.core.model import JobId, Placement, QueueName, ReplicaPlacement
-from corral.core.placement import Miss, NodeMask, Request, place, sure_miss
+from corral.core.jobs import PartOf, PendingJob
+from corral.core.model import JobId, Placement, QueueName
+from corral.core.placement import Miss, NodeMask, Request, place, sure_miss, to_placement
 from corral.core.plugins import Profile
 from corral.core.preemption import Preemption
-from corral.core.rejections import never_fits
+from corral.core.rejections import reject_never_fitting
 from corral.core.repeats import ADMISSION, CAPACITY, Epoch, Verdict
 from corral.core.request import request_for
 from corral.core.same_queue import SameQueue
@@ -40,7 +40,7 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
         state.forget_estimates()
     if state.by_estimate:
         state.refresh_estimates(now)
-    _reject_never_fitting(state, profile, result)
+    reject_never_fitting(state, result)
     note_reclaiming(state)
     cycle = _Cycle(state, profile, now, result)
     try:
@@ -53,47 +53,8 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
     return result
 
 
-def _reject_never_fitting(state: ClusterState, profile: Profile, result: CycleResult) -> None:
-    for job in state.unchecked:
-        if job.spec.id not in state.jobs:
-            continue
-        if job.shape is None:
-            job.shape = shape_of(job.spec)
-        req = request_for(state, job.spec, job.shape)
-        job.request, job.request_generation = req, state.generation
-        # the answer depends only on the verdict key's fields (shape, queue, preemptible) and on
-        # static capacity: cached per key until the capacity changes (`state.caches` is replaced)
-        cache = state.caches.never_fits
-        key = job.verdict_key
-        if job.verdict_key >= 0 and key in cache:
-            why = cache[key]
-        else:
-            why = cache[key] = never_fits(state, job.spec, req)
-        if why is not None:
-            state.remove_pending(job.spec.id)
-            result.rejections.append(Reject(job.spec.id, why))
-    state.unchecked.clear()
-
-
 _OWN_BUDGET = (Why.LIMIT, Why.QUOTA, Why.COHORT)  # admission reasons that the queue's own jobs cause
 _DEFERRED = "; preemption deferred to a later cycle (per-cycle cap reached)"
-_INDICES: dict[int, tuple[int, ...]] = {}
-
-
-def gpu_indices(mask: int) -> tuple[int, ...]:
-    """The GPU indices of a mask, lowest first (memoised: masks repeat)."""
-    found = _INDICES.get(mask)
-    if found is None:
-        found = tuple(i for i in range(mask.bit_length()) if mask >> i & 1)
-        if len(_INDICES) < 65536:
-            _INDICES[mask] = found
-    return found
-
-
-def to_placement(state: ClusterState, placed: list[NodeMask]) -> Placement:
-    """Node ids and masks to node names and GPU indices, one entry per replica."""
-    specs = state.specs
-    return tuple(ReplicaPlacement(specs[n].name, gpu_indices(mask)) for n, mask in placed)
 
 
 class _Cycle:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from corral.core.model import Placement, ReplicaPlacement
 from corral.core.state import ClusterState
 
 NodeMask = tuple[int, int]
@@ -303,3 +304,22 @@ def _node_fits_scan(state: ClusterState, req: Request, node: int) -> bool:
     return (not req.cpus or state.free_cpus[node] >= req.cpus) and (
         not req.memory or state.free_memory[node] >= req.memory
     )
+
+
+_INDICES: dict[int, tuple[int, ...]] = {}
+
+
+def gpu_indices(mask: int) -> tuple[int, ...]:
+    """The GPU indices of a mask, lowest first (memoised: masks repeat)."""
+    found = _INDICES.get(mask)
+    if found is None:
+        found = tuple(i for i in range(mask.bit_length()) if mask >> i & 1)
+        if len(_INDICES) < 65536:
+            _INDICES[mask] = found
+    return found
+
+
+def to_placement(state: ClusterState, placed: list[NodeMask]) -> Placement:
+    """Node ids and masks to node names and GPU indices, one entry per replica."""
+    specs = state.specs
+    return tuple(ReplicaPlacement(specs[n].name, gpu_indices(mask)) for n, mask in placed)

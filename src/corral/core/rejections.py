@@ -10,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from corral.core.decisions import CycleResult, Reject
+from corral.core.jobs import shape_of
 from corral.core.model import JobSpec
 from corral.core.placement import Request
 from corral.core.reasons import gang, plural
-from corral.core.request import static_capacity
+from corral.core.request import request_for, static_capacity
 from corral.core.state import ClusterState
 
 
@@ -171,3 +173,27 @@ def _constraints(spec: JobSpec) -> str:
     if spec.memory_gib_per_replica:
         parts.append(f"{spec.memory_gib_per_replica:g} GiB of memory per replica")
     return ", ".join(parts)
+
+
+def reject_never_fitting(state: ClusterState, result: CycleResult) -> None:
+    """Reject the newly submitted jobs that can never run on the static capacity (the first step
+    of a cycle); each job's request is computed here once."""
+    for job in state.unchecked:
+        if job.spec.id not in state.jobs:
+            continue
+        if job.shape is None:
+            job.shape = shape_of(job.spec)
+        req = request_for(state, job.spec, job.shape)
+        job.request, job.request_generation = req, state.generation
+        # the answer depends only on the verdict key's fields (shape, queue, preemptible) and on
+        # static capacity: cached per key until the capacity changes (`state.caches` is replaced)
+        cache = state.caches.never_fits
+        key = job.verdict_key
+        if job.verdict_key >= 0 and key in cache:
+            why = cache[key]
+        else:
+            why = cache[key] = never_fits(state, job.spec, req)
+        if why is not None:
+            state.remove_pending(job.spec.id)
+            result.rejections.append(Reject(job.spec.id, why))
+    state.unchecked.clear()

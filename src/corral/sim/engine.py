@@ -21,7 +21,7 @@ from typing import cast
 
 from corral.config.array_spec import MET, NEVER
 from corral.config.cluster_file import ClusterConfig
-from corral.core.cycle import schedule, to_placement
+from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult
 from corral.core.errors import TraceError
 from corral.core.estimates import Estimator
@@ -38,7 +38,7 @@ from corral.core.model import (
     QueueSpec,
     Topology,
 )
-from corral.core.placement import Request
+from corral.core.placement import Request, to_placement
 from corral.core.plugins import Profile
 from corral.core.request import request_for
 from corral.core.state import ClusterState
