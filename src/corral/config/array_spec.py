@@ -16,6 +16,7 @@ trace; errors are `ConfigError`s that name the option and show a correct spellin
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corral.core.errors import ConfigError
@@ -137,12 +138,15 @@ def parse_dependency(text: str, where: str = "--dependency") -> Dependency:
 @dataclass(frozen=True, slots=True)
 class Progress:
     """Where a dependency's target stands: its tasks (1 for a job), how many started or ended,
-    how many finished (exit 0) and how many ended otherwise (failed, cancelled, rejected)."""
+    how many finished (exit 0) and how many ended otherwise (failed, cancelled, rejected); and
+    when its last task started and its last task ended (None: unknown, or none yet)."""
 
     tasks: int
     started: int = 0
     finished: int = 0
     not_ok: int = 0
+    last_start: float | None = None
+    last_end: float | None = None
 
     @property
     def ended(self) -> int:
@@ -169,6 +173,20 @@ def judge(kind: str, p: Progress) -> str:
     if p.ended >= p.tasks:  # afternotok
         return MET if p.not_ok else NEVER
     return WAIT
+
+
+def met_at(conditions: Sequence[tuple[str, str, bool]], known: dict[str, Progress]) -> float | None:
+    """When conditions that all hold came to hold (the time the job became eligible, Slurm's
+    EligibleTime): the latest start (`after`) or end of the targets they name; None when a
+    target's time is unknown."""
+    times: list[float] = []
+    for kind, target, _ in conditions:
+        p = known.get(target)
+        t = None if p is None else p.last_start if kind == "after" else p.last_end
+        if t is None:
+            return None
+        times.append(t)
+    return max(times, default=None)
 
 
 def waiting_sentence(kind: str, target: str, is_array: bool) -> str:

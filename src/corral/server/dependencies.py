@@ -128,20 +128,40 @@ def progress(conn: Connection, conditions: Iterable[Condition]) -> dict[str, Pro
     for key, col in ((jobs, j.c.id), (arrays, j.c.array_id)):
         if not key:
             continue
-        counts: dict[str, list[int]] = {}
+        counts: dict[str, tuple[int, int, int, int]] = {}
+        times: dict[str, tuple[float | None, float | None]] = {}
         for row in conn.execute(
-            select(col.label("k"), j.c.state, func.count(), func.count(j.c.start_time))
+            select(
+                col.label("k"),
+                j.c.state,
+                func.count(),
+                func.count(j.c.start_time),
+                func.max(func.coalesce(j.c.start_time, j.c.end_time)),
+                func.max(j.c.end_time),
+            )
             .where(col.in_(sorted(key)))
             .group_by(col, j.c.state)
         ):
-            c = counts.setdefault(row.k, [0, 0, 0, 0])
+            tasks, started, finished, not_ok = counts.get(row.k, (0, 0, 0, 0))
             n, began = int(row[2]), int(row[3])
-            c[0] += n
-            c[1] += n if row.state in TERMINAL else began
-            c[2] += n if row.state == "finished" else 0
-            c[3] += n if row.state in TERMINAL and row.state != "finished" else 0
-        out.update({k: Progress(*v) for k, v in counts.items()})
+            ended = row.state in TERMINAL
+            counts[row.k] = (
+                tasks + n,
+                started + (n if ended else began),
+                finished + (n if row.state == "finished" else 0),
+                not_ok + (n if ended and row.state != "finished" else 0),
+            )
+            start, end = times.get(row.k, (None, None))
+            # a task that ended without starting (cancelled while pending) "started" when it ended
+            times[row.k] = (_later(start, row[4]), _later(end, row[5] if ended else None))
+        for k, (tasks, started, finished, not_ok) in counts.items():
+            out[k] = Progress(tasks, started, finished, not_ok, *times[k])
     return out
+
+
+def _later(*times: float | None) -> float | None:
+    known = [float(t) for t in times if t is not None]
+    return max(known) if known else None
 
 
 def verdict(conditions: Sequence[Condition], known: dict[str, Progress]) -> tuple[str, str]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
+from corral.config.array_spec import met_at
 from corral.core.model import JobId
 from corral.core.state import ClusterState
 from corral.server import dependencies
@@ -43,6 +44,8 @@ class Parked:
     array_id: str | None
     conditions: list[dependencies.Condition]
     reason: str = ""
+    requeued_at: float | None = None  # when its last attempt ended (one that ran before)
+    ran: float | None = None  # the seconds its attempts ran (its attained service, per GPU)
 
 
 @dataclass
@@ -98,7 +101,8 @@ class Gates:
             return False
         job = Parked(
             row.id, row.spec, row.attempt, bool(row.held), float(row.not_before or 0.0), row.array_id,
-            conditions, row.reason,
+            conditions, row.reason, _float(getattr(row, "requeued_at", None)),
+            _float(getattr(row, "ran", None)),
         )  # fmt: skip
         if conditions:
             self.parked[row.id] = job
@@ -151,11 +155,17 @@ class Gates:
             while queue and len(offered) < self.caps[array]:
                 job_id = queue.popleft()
                 offered.add(job_id)
-                self._release(state, self.parked.pop(job_id), released)
+                self._release(state, self.parked.pop(job_id), released, now)
         return released, seqs
 
-    def _release(self, state: ClusterState, job: Parked, released: list[str]) -> None:
-        pending = state.submit(spec_from_json(job.spec), attempts=job.attempt)
+    def _release(self, state: ClusterState, job: Parked, released: list[str], eligible: float) -> None:
+        """Into the core, waiting from when it became eligible (as Slurm's age factor counts from
+        EligibleTime): its dependency met or its slot freed, or its last attempt's end if later;
+        with the service its attempts received."""
+        spec = spec_from_json(job.spec)
+        queued_at = max(eligible, job.requeued_at or 0.0, spec.submit_time)
+        attained = spec.gpus * max(0.0, job.ran) if job.ran is not None else 0.0
+        pending = state.submit(spec, attempts=job.attempt, attained=attained, queued_at=queued_at)
         pending.held, pending.not_before = job.held, job.not_before
         released.append(job.job_id)
 
@@ -174,7 +184,8 @@ class Gates:
                 self.waiting.discard(job.job_id)
                 del self.parked[job.job_id]
                 if not (job.array_id and self.caps.get(job.array_id)) or not self._take_slot(job):
-                    self._release(state, job, released)
+                    met = met_at(job.conditions, known)
+                    self._release(state, job, released, now if met is None else min(met, now))
             elif sentence != job.reason:
                 job.reason = sentence
                 changed.append((job.job_id, sentence))
@@ -186,6 +197,10 @@ class Gates:
             seqs = _write(conn, never, changed, now, engines.is_sqlite)
         self.recheck = bool(never)  # a cancel may make another dependency impossible
         return seqs
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _write(
