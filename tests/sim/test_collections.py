@@ -5,14 +5,14 @@ from __future__ import annotations
 import gc
 import threading
 
-from corral.sim.engine import _rare_collections
+from corral.sim.gcpause import rare_collections
 
 
 def test_the_outermost_replay_restores_the_threshold() -> None:
     before = gc.get_threshold()
-    with _rare_collections():
+    with rare_collections():
         assert gc.get_threshold()[0] >= 100_000
-        with _rare_collections():
+        with rare_collections():
             assert gc.get_threshold()[0] >= 100_000
         assert gc.get_threshold()[0] >= 100_000  # the outer replay still runs
     assert gc.get_threshold() == before
@@ -23,7 +23,7 @@ def test_replays_in_threads_restore_the_threshold() -> None:
     inside = threading.Barrier(2)
 
     def replay() -> None:
-        with _rare_collections():
+        with rare_collections():
             inside.wait()
 
     threads = [threading.Thread(target=replay) for _ in range(2)]

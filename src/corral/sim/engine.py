@@ -12,10 +12,8 @@ from __future__ import annotations
 import gc
 import heapq
 import random
-import threading
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -23,7 +21,6 @@ from corral.config.array_spec import MET, NEVER
 from corral.config.cluster_file import ClusterConfig
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult
-from corral.core.errors import TraceError
 from corral.core.estimates import Estimator
 from corral.core.eventshape import ending_line, preempting_line, reject_line, start_line, submit_line
 from corral.core.model import (
@@ -33,10 +30,6 @@ from corral.core.model import (
     NodeName,
     NodeState,
     Placement,
-    PriorityClass,
-    QueueName,
-    QueueSpec,
-    Topology,
 )
 from corral.core.placement import Request, to_placement
 from corral.core.plugins import Profile
@@ -44,13 +37,14 @@ from corral.core.request import request_for
 from corral.core.state import ClusterState
 from corral.sim.dependencies import DependencyBook
 from corral.sim.eventlog import EventLog, placement_json
+from corral.sim.gcpause import rare_collections
 from corral.sim.ideal import IdealSpans
 from corral.sim.jobmodel import PreemptionCost, Slowdown
+from corral.sim.simjob import JobMaker, SimJob, span_of, trace_of
 from corral.sim.trace import TraceJob
 
 _END, _STOP, _FAIL_NODE, _REPAIR, _CHECKPOINT, _CYCLE = 0, 1, 2, 3, 4, 9
 _Ending = tuple[JobId, int, "str | None"]  # the payload of _END and _STOP: job, attempt, note
-_NO_TOPOLOGY = Topology()  # trace jobs prefer the tightest placement and require none
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,17 +55,6 @@ class SimOptions:
     node_mtbf: float | None = None  # mean seconds between failures of one node
     node_repair: float = 3600.0
     seed: int = 0
-
-
-@dataclass(slots=True, eq=False)
-class _Job:
-    trace: TraceJob
-    spec: JobSpec
-    work: float  # seconds of work left, at the ideal placement
-    progress: float = 0.0  # seconds of work done and kept (checkpointed) so far
-    attempt: int = 0
-    started: float = 0.0
-    factor: float = 1.0
 
 
 @dataclass(slots=True)
@@ -109,15 +92,12 @@ class Simulation:
             self.state.estimator = Estimator()
         self.ideal = IdealSpans(self.state)
         self.stats = SimStats()
-        self.jobs: dict[str, _Job] = {}
-        self._queues: dict[str, QueueSpec] = {q.name: q for q in cluster.queues}
+        self.jobs: dict[str, SimJob] = {}
         self._factors: dict[tuple[int, int], float] = {}  # (span, ideal span) -> slowdown factor
-        self._classes: dict[str, PriorityClass] = {}
-        for pclass in cluster.priority_classes:
-            self._classes.setdefault(pclass.name, pclass)  # the first of a name, as `priority_class`
+        maker = JobMaker(cluster, self.stats.time_limit_rules)
         ordered = sorted(trace, key=lambda t: t.submit_time)  # stable: ties keep row order
-        with _rare_collections():
-            self.arrivals = [self._job(t, seq) for seq, t in enumerate(ordered)]
+        with rare_collections():
+            self.arrivals = [maker.make(t, seq) for seq, t in enumerate(ordered)]
         self.stats.jobs = len(self.arrivals)
         # the trace's dependency column (sim/dependencies.py); None when no job has one
         self.deps: DependencyBook | None = DependencyBook.of([(t.job_id, t.dependency) for t in ordered])
@@ -133,38 +113,6 @@ class Simulation:
         self._wake = INFINITY  # the last cycle's `next_wake`: a _CYCLE event carrying it is queued
 
     # ---- set-up --------------------------------------------------------------------------
-    def _job(self, t: TraceJob, seq: int) -> _Job:
-        c = self.cluster
-        queue_name = t.queue if t.queue is not None else (c.queues[0].name if c.queues else "default")
-        queue = self._queues.get(queue_name)
-        if queue is None:
-            known = ", ".join(q.name for q in c.queues)
-            raise TraceError(
-                f"job {t.job_id}: queue {queue_name!r} is not in the cluster file (queues: {known}); "
-                "declare the trace's queues there (examples/philly.yaml does for Philly's VCs)"
-            )
-        class_name = t.priority or c.default_priority
-        pclass = self._classes.get(class_name)
-        if pclass is None:
-            known = ", ".join(p.name for p in c.priority_classes)
-            raise TraceError(f"job {t.job_id}: unknown priority class {class_name!r} (classes: {known})")
-        limit = t.time_limit
-        rules = self.stats.time_limit_rules
-        if limit is not None:
-            rules["trace"] += 1
-        elif queue.default_time_limit is not None:
-            limit = queue.default_time_limit
-            rules["queue default"] += 1
-        else:
-            rules["none"] += 1
-        spec = JobSpec(
-            JobId(t.job_id), QueueName(queue_name), replicas=t.replicas, gpus_per_replica=t.gpus_per_replica,
-            priority=pclass.value, priority_class=pclass.name, submit_time=t.submit_time, seq=seq,
-            time_limit=limit, preemptible=t.preemptible, gpu_model=t.gpu_model, user=t.user or "",
-            topology=_NO_TOPOLOGY,
-        )  # fmt: skip
-        return _Job(t, spec, t.duration)
-
     def _push(self, t: float, kind: int, payload: object) -> None:
         self._n += 1
         heapq.heappush(self.events, (t, kind, self._n, payload))
@@ -173,7 +121,7 @@ class Simulation:
     def run(self) -> SimStats:
         """Replay the whole trace."""
         self.begin()
-        with _rare_collections():
+        with rare_collections():
             while self.step():
                 pass
         return self.stats
@@ -247,7 +195,7 @@ class Simulation:
         Its spec is taken as given (queue, class and time limit already resolved); it arrives
         after the jobs already due at the same time.
         """
-        job = _Job(self._trace_of(spec, duration, checkpoint_interval), spec, duration)
+        job = SimJob(trace_of(spec, duration, checkpoint_interval), spec, duration)
         times = [a.trace.submit_time for a in self.arrivals[self._arrived :]]
         self.arrivals.insert(self._arrived + bisect_right(times, spec.submit_time), job)
         self.stats.jobs += 1
@@ -265,7 +213,7 @@ class Simulation:
         already played, and ends `duration` seconds of work after it (or at its time limit).
         """
         state = self.state
-        job = _Job(self._trace_of(spec, duration, None), spec, duration)
+        job = SimJob(trace_of(spec, duration, None), spec, duration)
         self.jobs[spec.id] = job
         self.stats.jobs += 1
         self._submit(job, started)
@@ -276,14 +224,6 @@ class Simulation:
         state.plan.commit()
         self._launch(spec.id, attempt.attempt, to_placement(state, masks), False, started)
 
-    def _trace_of(self, spec: JobSpec, duration: float, checkpoint_interval: float | None) -> TraceJob:
-        return TraceJob(
-            job_id=spec.id, submit_time=spec.submit_time, duration=duration, gpus=spec.gpus, queue=spec.queue,
-            replicas=spec.replicas, gpus_per_replica=spec.gpus_per_replica, priority=spec.priority_class,
-            gpu_model=spec.gpu_model, time_limit=spec.time_limit, preemptible=spec.preemptible,
-            checkpoint_interval=checkpoint_interval, user=spec.user or None,
-        )  # fmt: skip
-
     def _stuck(self, now: float) -> None:
         """Nothing runs and nothing will arrive: the rest can never start (e.g. nodes down forever)."""
         while self.state.jobs:  # rejecting one may let in a job that waited for it to end
@@ -292,7 +232,7 @@ class Simulation:
             self.log.emit(reject_line(now, job_id, "can never start: the cluster is idle"))
             self._settled(job_id, now, False)
 
-    def _submit(self, job: _Job, now: float) -> None:
+    def _submit(self, job: SimJob, now: float) -> None:
         spec = job.spec
         self.jobs[spec.id] = job
         gated = self.deps is not None and spec.id in self.deps.conditions
@@ -359,7 +299,7 @@ class Simulation:
         state = self.state
         job = self.jobs[job_id]
         attempt = state.running[cast(JobId, job_id)]
-        span = _span(state, attempt.placement)
+        span = span_of(state, attempt.placement)
         req = attempt.job.request
         if not isinstance(req, Request):
             req = request_for(state, job.spec, attempt.job.shape)
@@ -381,24 +321,11 @@ class Simulation:
             self._push(now + run_time, _END, (job_id, attempt_no, None))
         self._next_checkpoint(job, now)
 
-    def _next_checkpoint(self, job: _Job, now: float) -> None:
-        """Queue the attempt's next periodic checkpoint, if it has an interval and reaches it
-        before it ends: at the next multiple of the interval in seconds of work, where a
-        preemption keeps its progress (`PreemptionCost.saved`). The core learns of each
-        (`ClusterState.record_checkpoint`): what a preemption would lose is then known to it."""
-        interval = job.trace.checkpoint_interval or self.options.preemption.default_interval
-        if not interval:
-            return
-        done = job.progress + (now - job.started) / job.factor  # seconds of work reached by now
-        k = done // interval + 1
-        at = job.started + (k * interval - job.progress) * job.factor
-        if at <= now:  # `now` is a checkpoint that rounding put just short of its multiple
-            at = job.started + ((k + 1) * interval - job.progress) * job.factor
-        end = job.started + job.work * job.factor
-        limit = job.spec.time_limit
-        if limit is not None:
-            end = min(end, job.started + limit)
-        if at < end:
+    def _next_checkpoint(self, job: SimJob, now: float) -> None:
+        """Queue the attempt's next periodic checkpoint (`SimJob.next_checkpoint`). The core learns
+        of each (`ClusterState.record_checkpoint`): what a preemption would lose is then known to it."""
+        at = job.next_checkpoint(now, self.options.preemption.default_interval)
+        if at is not None:
             self._push(at, _CHECKPOINT, (job.spec.id, job.attempt, None))
 
     # ---- events -------------------------------------------------------------------------
@@ -462,45 +389,3 @@ class Simulation:
             self._requeue(a.spec.id, a.attempt, "lost", f"node {name} failed", now)
         self._push(now + self.options.node_repair, _REPAIR, name)
         return True
-
-
-_gc_lock = threading.Lock()
-_gc_users = 0  # replays running now (nested or in threads): the outermost sets and restores
-_gc_saved: tuple[int, int, int] = (700, 10, 10)
-
-
-@contextmanager
-def _rare_collections() -> Iterator[None]:
-    """Run the cyclic garbage collector rarely: a replay allocates millions of objects that die
-    young or live for the whole run, and almost no reference cycles (collecting every 700 net
-    allocations, the default, costs several per cent of a replay)."""
-    global _gc_users, _gc_saved
-    with _gc_lock:
-        if _gc_users == 0:
-            _gc_saved = gc.get_threshold()
-            gc.set_threshold(max(_gc_saved[0], 100_000), _gc_saved[1], _gc_saved[2])
-        _gc_users += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_users -= 1
-            if _gc_users == 0:
-                gc.set_threshold(*_gc_saved)
-
-
-def _span(state: ClusterState, placement: list[tuple[int, int]]) -> int:
-    """The tightest span index that holds a placement."""
-    first = placement[0][0]
-    if len(placement) == 1:
-        masks = state.group_masks[first]
-        return 0 if len(masks) == 1 or sum(1 for g in masks if g & placement[0][1]) <= 1 else 1
-    if all(n == first for n, _ in placement):
-        masks = state.group_masks[first]
-        if len(masks) == 1:
-            return 0
-        used = 0
-        for _, m in placement:
-            used |= m
-        return 0 if sum(1 for g in masks if g & used) <= 1 else 1
-    return state.topology.span_of([n for n, _ in placement], 2)
