@@ -77,10 +77,10 @@ def offline(jobs: list[TraceJob]) -> tuple[dict[int, list[Row]], int]:
         if found is None or count == 0:
             none += 1
         else:
-            bucket = bisect_right(BUCKETS, found.drawn_on)
-            rows.setdefault(bucket, []).append(
-                (abs(found.seconds - t.duration), abs(total / count - t.duration))
-            )
+            errors: Row = (abs(found.seconds - t.duration), abs(total / count - t.duration))
+            if t.time_limit is not None:
+                errors += (abs(t.time_limit - t.duration),)
+            rows.setdefault(bisect_right(BUCKETS, found.drawn_on), []).append(errors)
         heapq.heappush(ends, (t.submit_time + t.duration, n, spec, t.duration))
     return rows, none
 
