@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from tests.fleet.harness import compress, run_live, submissions  # noqa: E402
 
 from corral.core.estimates import Estimator  # noqa: E402
-from corral.core.model import JobId, JobSpec  # noqa: E402
+from corral.core.model import JobId, JobSpec, QueueName  # noqa: E402
 from corral.sim.loaders.philly import load_philly  # noqa: E402
 from corral.sim.trace import TraceJob  # noqa: E402
 from shadow_replay import cluster_file, philly_slice  # noqa: E402
@@ -70,7 +70,10 @@ def offline(jobs: list[TraceJob]) -> tuple[dict[int, list[Row]], int]:
             total, count = sums.get(spec.queue, (0.0, 0))
             sums[spec.queue] = (total + seconds, count + 1)
         spec = JobSpec(
-            id=JobId(t.job_id), queue=t.queue or "q", replicas=t.replicas, gpus_per_replica=t.gpus_per_replica
+            id=JobId(t.job_id),
+            queue=QueueName(t.queue or "q"),
+            replicas=t.replicas,
+            gpus_per_replica=t.gpus_per_replica,
         )
         found = est.estimate(spec)
         total, count = sums.get(spec.queue, (0.0, 0))
