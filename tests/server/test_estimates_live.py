@@ -1,11 +1,14 @@
 """The live scheduler learns run times from its own finished jobs and keeps them across a restart
 (issue 16): a job waiting behind a job without a time limit is told when estimates will hold
-GPUs for it (under the `estimated` policy)."""
+GPUs for it (under the `estimated` policy); the `start` event records the estimate the job was
+queued with (bench/estimate_quality.py --live reads it back)."""
 
 from __future__ import annotations
 
+import time
+
 from tests.server.harness import FakeAgent, Server, wait_for
-from tests.server.scenario import job, submit
+from tests.server.scenario import events, job, submit
 
 
 def _start(agent: FakeAgent, job_id: str) -> None:
@@ -48,3 +51,28 @@ def test_estimates_survive_a_restart_and_name_their_history(server: Server) -> N
             assert "GPUs are reserved for it from their estimated ends at" in found["reason"], found
     finally:
         agent.close()
+
+
+def test_a_start_event_carries_the_estimate_the_job_was_queued_with(server: Server) -> None:
+    agent = FakeAgent(server, "dgx01", 8, "H100-80GB")
+    agent.register()
+    try:
+        with server.client() as c:
+            first = submit(c, queue="research", name="train", gpus_per_replica=6)["id"]
+            _start(agent, first)
+            time.sleep(0.5)
+            assert agent.report(first, 1, "exited", 0).status_code == 200
+            wait_for(lambda: job(c, first)["state"] == "finished")
+            second = submit(c, queue="research", name="train", gpus_per_replica=6)["id"]
+            _start(agent, second)
+            log = events(c)
+    finally:
+        agent.close()
+    starts = {e["job"]: e for e in log if e["event"] == "start"}
+    assert "estimate" not in starts[first]  # no history yet: no estimate, no field
+    finish = next(e for e in log if e["event"] == "finish" and e["job"] == first)
+    ran = finish["t"] - starts[first]["t"]  # the scheduler learns it when it reads the ending
+    found = starts[second]
+    assert ran - 0.01 <= found["estimate"] < ran + 5.0, (ran, found)
+    assert found["estimate_drawn_on"] == 1  # one finished job: only the cluster level may use it
+    assert found["estimate_basis"] == "the cluster"

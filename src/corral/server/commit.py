@@ -26,6 +26,7 @@ from sqlalchemy import Connection, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from corral.core.decisions import Preempt, Start
+from corral.core.estimates import Estimate
 from corral.core.eventshape import ending_line, placement_json, preempting_line, reject_line, start_line
 from corral.protocol import StopWhy, start_order, stop_order
 from corral.server.allocations import master_ports, record
@@ -165,7 +166,7 @@ class Batch:
                 for r in s.placement
                 for g in r.gpus
             ]
-            events.append(start_line(now, s.job, s.attempt, placement))
+            events.append(start_line(now, s.job, s.attempt, placement, estimate_fields(item.estimate)))
             nodes = sorted({r.node for r in s.placement})
             order = start_order(
                 s.job,
@@ -352,6 +353,20 @@ class StartItem(NamedTuple):
     request: dict[str, Any]
     run_as: str
     time_limit: float | None = None
+    estimate: Estimate | None = None  # the job's run time from history when queued (`PendingJob.estimate`)
+
+
+def estimate_fields(estimate: Estimate | None) -> dict[str, Any] | None:
+    """The `start` event's fields of its own (DESIGN.md 4.6 allows them): the run time history
+    estimated for the job when it was queued, in all (seconds, not remaining), the number of past
+    jobs it drew on and what they were (`corral.core.estimates`); none without an estimate."""
+    if estimate is None:
+        return None
+    return {
+        "estimate": round(estimate.seconds, 3),
+        "estimate_drawn_on": estimate.drawn_on,
+        "estimate_basis": estimate.basis,
+    }
 
 
 class EndItem(NamedTuple):

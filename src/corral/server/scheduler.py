@@ -340,7 +340,8 @@ class Scheduler(JournalApplier):
                 request, run_as, _ = extra[s.job]
                 running = state.running.get(s.job)
                 limit = running.job.spec.time_limit if running is not None else None
-                items.append(StartItem(s, s.attempt - 1, request, run_as, limit))
+                estimate = running.job.estimate if running is not None else None
+                items.append(StartItem(s, s.attempt - 1, request, run_as, limit, estimate))
             written = batch.groups(batch.starts, items, lambda i: f"start {i.start.job}")
             for item, ok in zip(items, written, strict=True):
                 if ok:
