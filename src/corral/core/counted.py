@@ -15,6 +15,8 @@ releasing and placing).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from corral.core.model import JobId, NodeState
 from corral.core.placement import Request
 from corral.core.state import ClusterState
@@ -36,11 +38,11 @@ def place_counts(state: ClusterState, req: Request, avail: dict[int, int]) -> li
     request's classes; others are read from the index) at those available counts; None if
     nowhere."""
     view = _View(state, req, avail)
-    g, reps, classes = req.gpus_per_replica, req.replicas, req.classes
+    reps, classes = req.replicas, req.classes
     node = view.best_fit(0, req.single_group, req.gpus) if req.single_group else -1
     if node >= 0:
         return [(node, req.gpus)]
-    if view.capacity(0, classes, g)[0] < reps:
+    if view.replicas(0, classes) < reps:
         return None
     if req.max_span == 0:
         return None
@@ -52,11 +54,10 @@ def place_counts(state: ClusterState, req: Request, avail: dict[int, int]) -> li
     for span in range(2, min(req.max_span, n_spans - 1) + 1):
         depth = topo.depth_of_span(span)
         best: tuple[int, int, int] | None = None
-        for dom in topo.by_depth[depth]:
-            cap, free = view.capacity(dom, classes, g)
-            if cap < reps:
+        for dom in view.candidates(topo.by_depth[depth], depth, classes, reps):
+            if view.replicas(dom, classes) < reps:
                 continue
-            key = (view.nodes_needed(dom, classes, g, reps), free - req.gpus, dom)
+            key = (view.nodes_needed(dom, classes, reps), view.free(dom, depth, classes) - req.gpus, dom)
             if best is None or key < best:
                 best = key
         if best is not None:
@@ -70,9 +71,23 @@ def place_counts(state: ClusterState, req: Request, avail: dict[int, int]) -> li
 
 class _View:
     """The free-count index as it would be with the nodes of `avail` at those counts, for one
-    request (each domain's change of capacity and of nodes per count computed once)."""
+    request: the nodes that moved, those that moved to `g` GPUs or more by (class, count) (every
+    bucket the view reads holds `g` or more: a replica), each domain's change of replicas, and,
+    when asked, of GPUs and of nodes per count (computed once per view)."""
 
-    __slots__ = ("buckets", "changes", "depth", "g", "into", "moved", "node_domains", "per_dom", "per_k")
+    __slots__ = (
+        "big",
+        "buckets",
+        "changes",
+        "depth",
+        "free_at",
+        "g",
+        "into",
+        "moved",
+        "node_domains",
+        "per_k",
+        "reps",
+    )
 
     def __init__(self, state: ClusterState, req: Request, avail: dict[int, int]) -> None:
         base = state.index.avail
@@ -82,23 +97,29 @@ class _View:
         self.depth = [d.depth for d in state.topology.domains]
         classes, g = set(req.classes), req.gpus_per_replica
         moved: set[int] = set()
-        into: dict[tuple[int, int], list[int]] = {}  # (class, count) -> nodes moved there, by id
-        per_dom: dict[int, tuple[int, int]] = {}  # domain -> change of (replicas, GPUs)
+        into: dict[tuple[int, int], list[int]] = {}  # (class, count >= g) -> nodes moved there, by id
+        reps: dict[int, int] = {}  # domain -> change of replicas
         changes: list[tuple[int, int, int]] = []  # (node, old, new)
+        big: list[tuple[int, int, int]] = []  # the changes from or to `g` GPUs or more
         for node, new in avail.items():
             old = base[node]
             if new == old or node_class[node] not in classes:
                 continue  # (`place` reads the nodes of the request's classes only)
             moved.add(node)
             changes.append((node, old, new))
-            into.setdefault((node_class[node], new), []).append(node)
-            reps, gpus = new // g - old // g, new - old
-            for dom in node_domains[node]:
-                was = per_dom.get(dom)
-                per_dom[dom] = (reps, gpus) if was is None else (was[0] + reps, was[1] + gpus)
+            if new >= g:
+                into.setdefault((node_class[node], new), []).append(node)
+            elif old < g:
+                continue  # (no replica before or after)
+            big.append((node, old, new))
+            change = new // g - old // g
+            if change:
+                for dom in node_domains[node]:
+                    reps[dom] = reps.get(dom, 0) + change
         for nodes in into.values():
             nodes.sort()
-        self.moved, self.into, self.per_dom, self.changes, self.g = moved, into, per_dom, changes, g
+        self.moved, self.into, self.reps, self.changes, self.big, self.g = moved, into, reps, changes, big, g
+        self.free_at: dict[int, dict[int, int]] = {}  # depth -> domain -> change of GPUs
         self.per_k: dict[int, dict[int, int]] | None = None  # domain -> count -> change of nodes
 
     def _per_k(self) -> dict[int, dict[int, int]]:
@@ -106,7 +127,7 @@ class _View:
         if self.per_k is None:
             g = self.g
             per_k: dict[int, dict[int, int]] = {}
-            for node, old, new in self.changes:
+            for node, old, new in self.big:
                 for dom in self.node_domains[node]:
                     ks = per_k.get(dom)
                     if ks is None:
@@ -122,7 +143,8 @@ class _View:
         return dom == 0 or self.node_domains[node][self.depth[dom]] == dom
 
     def first(self, dom: int, cls: int, k: int, skip: set[int]) -> int:
-        """The lowest node id of bucket `k` of class `cls` in `dom` not in `skip`; -1 if none."""
+        """The lowest node id of bucket `k` (`g` or more) of class `cls` in `dom` not in `skip`;
+        -1 if none."""
         moved = self.moved
         best = -1
         for node in self.buckets[dom][cls][k]:
@@ -137,7 +159,7 @@ class _View:
         return best
 
     def best_fit(self, dom: int, classes: tuple[int, ...], need: int) -> int:
-        """`FreeIndex.best_fit`."""
+        """`FreeIndex.best_fit` (for a need of `g` GPUs or more)."""
         best, best_k = -1, 1 << 30
         per_class = self.buckets[dom]
         none: set[int] = set()
@@ -152,9 +174,23 @@ class _View:
                     break
         return best
 
-    def capacity(self, dom: int, classes: tuple[int, ...], g: int) -> tuple[int, int]:
-        """`FreeIndex.capacity` (for the request's classes and GPUs per replica)."""
-        replicas = total = 0
+    def replicas(self, dom: int, classes: tuple[int, ...]) -> int:
+        """`FreeIndex.capacity(...)[0]` (replicas of `g` GPUs)."""
+        g, replicas = self.g, 0
+        per_class = self.buckets[dom]
+        for cls in classes:
+            bl = per_class.get(cls)
+            if bl is None:
+                continue
+            for k in range(g, len(bl)):
+                count = len(bl[k])
+                if count:
+                    replicas += count * (k // g)
+        return replicas + self.reps.get(dom, 0)
+
+    def free(self, dom: int, depth: int, classes: tuple[int, ...]) -> int:
+        """`FreeIndex.capacity(...)[1]` (available GPUs) of a domain at `depth`."""
+        total = 0
         per_class = self.buckets[dom]
         for cls in classes:
             bl = per_class.get(cls)
@@ -164,12 +200,51 @@ class _View:
                 count = len(bl[k])
                 if count:
                     total += count * k
-                    replicas += count * (k // g)
-        reps, gpus = self.per_dom.get(dom, (0, 0))
-        return replicas + reps, total + gpus
+        at = self.free_at.get(depth)
+        if at is None:
+            at = self.free_at[depth] = {}
+            node_domains = self.node_domains
+            for node, old, new in self.changes:
+                d = node_domains[node][depth]
+                at[d] = at.get(d, 0) + new - old
+        return total + at.get(dom, 0)
 
-    def nodes_needed(self, dom: int, classes: tuple[int, ...], g: int, replicas: int) -> int:
+    def candidates(
+        self, domains: list[int], depth: int, classes: tuple[int, ...], reps: int
+    ) -> Iterable[int]:
+        """Of `domains` (those at `depth`), the ones that may hold `reps` (1 or more) replicas:
+        those with a node of `g` GPUs or more; all of them when such nodes are no fewer than the
+        domains (the order does not matter: the domains' keys in `place_counts` differ)."""
+        if reps < 1:
+            return domains
+        g, roots, into = self.g, self.buckets[0], self.into
+        nodes = 0  # nodes of `g` GPUs or more (the moved ones counted from and to)
+        for cls in classes:
+            bl = roots.get(cls)
+            if bl is not None:
+                for k in range(g, len(bl)):
+                    nodes += len(bl[k])
+        for moved_to in into.values():
+            nodes += len(moved_to)
+        if nodes >= len(domains):
+            return domains
+        found: set[int] = set()
+        node_domains, moved = self.node_domains, self.moved
+        for cls in classes:
+            bl = roots.get(cls)
+            if bl is not None:
+                for k in range(g, len(bl)):
+                    for node in bl[k]:
+                        if node not in moved:
+                            found.add(node_domains[node][depth])
+        for moved_to in into.values():
+            for node in moved_to:
+                found.add(node_domains[node][depth])
+        return found
+
+    def nodes_needed(self, dom: int, classes: tuple[int, ...], replicas: int) -> int:
         """`FreeIndex.nodes_needed` (for the request's classes and GPUs per replica)."""
+        g = self.g
         per_k: dict[int, int] = {}
         per_class = self.buckets[dom]
         for cls in classes:
