@@ -71,46 +71,42 @@ def place_counts(state: ClusterState, req: Request, avail: dict[int, int]) -> li
 
 class _View:
     """The free-count index as it would be with the nodes of `avail` at those counts, for one
-    request: the nodes that moved, those that moved to `g` GPUs or more by (class, count) (every
-    bucket the view reads holds `g` or more: a replica), each domain's change of replicas, and,
-    when asked, of GPUs and of nodes per count (computed once per view)."""
+    request. Every bucket the view reads holds `g` GPUs or more (a replica): read are the nodes
+    that moved to such a count, by (class, count), the changes from or to such counts, each
+    domain's change of replicas, and, when asked, of GPUs and of nodes per count (each computed
+    once per view). A node of a bucket has moved when `avail` holds another count for it."""
 
     __slots__ = (
+        "avail",
+        "base",
         "big",
         "buckets",
-        "changes",
-        "depth",
+        "classes",
         "free_at",
         "g",
         "into",
-        "moved",
+        "node_class",
         "node_domains",
         "per_k",
         "reps",
     )
 
     def __init__(self, state: ClusterState, req: Request, avail: dict[int, int]) -> None:
-        base = state.index.avail
+        self.base = base = state.index.avail
         self.buckets = state.index.buckets
-        node_class = state.node_class
+        self.node_class = node_class = state.node_class
         self.node_domains = node_domains = state.topology.node_domains
-        self.depth = [d.depth for d in state.topology.domains]
-        classes, g = set(req.classes), req.gpus_per_replica
-        moved: set[int] = set()
+        self.classes = classes = set(req.classes)
+        g = req.gpus_per_replica
         into: dict[tuple[int, int], list[int]] = {}  # (class, count >= g) -> nodes moved there, by id
         reps: dict[int, int] = {}  # domain -> change of replicas
-        changes: list[tuple[int, int, int]] = []  # (node, old, new)
-        big: list[tuple[int, int, int]] = []  # the changes from or to `g` GPUs or more
+        big: list[tuple[int, int, int]] = []  # (node, old, new): the changes from or to `g` or more
         for node, new in avail.items():
             old = base[node]
-            if new == old or node_class[node] not in classes:
+            if (new < g and old < g) or new == old or node_class[node] not in classes:
                 continue  # (`place` reads the nodes of the request's classes only)
-            moved.add(node)
-            changes.append((node, old, new))
             if new >= g:
                 into.setdefault((node_class[node], new), []).append(node)
-            elif old < g:
-                continue  # (no replica before or after)
             big.append((node, old, new))
             change = new // g - old // g
             if change:
@@ -118,7 +114,7 @@ class _View:
                     reps[dom] = reps.get(dom, 0) + change
         for nodes in into.values():
             nodes.sort()
-        self.moved, self.into, self.reps, self.changes, self.big, self.g = moved, into, reps, changes, big, g
+        self.avail, self.into, self.reps, self.big, self.g = avail, into, reps, big, g
         self.free_at: dict[int, dict[int, int]] = {}  # depth -> domain -> change of GPUs
         self.per_k: dict[int, dict[int, int]] | None = None  # domain -> count -> change of nodes
 
@@ -139,22 +135,19 @@ class _View:
             self.per_k = per_k
         return self.per_k
 
-    def _inside(self, node: int, dom: int) -> bool:
-        return dom == 0 or self.node_domains[node][self.depth[dom]] == dom
-
     def first(self, dom: int, cls: int, k: int, skip: set[int]) -> int:
         """The lowest node id of bucket `k` (`g` or more) of class `cls` in `dom` not in `skip`;
         -1 if none."""
-        moved = self.moved
+        avail, node_domains = self.avail, self.node_domains
         best = -1
         for node in self.buckets[dom][cls][k]:
-            if node not in moved and node not in skip:
+            if avail.get(node, k) == k and node not in skip:
                 best = node
                 break
         for node in self.into.get((cls, k), ()):
             if best >= 0 and node > best:
                 break
-            if node not in skip and self._inside(node, dom):
+            if node not in skip and dom in node_domains[node]:
                 return node
         return best
 
@@ -203,10 +196,17 @@ class _View:
         at = self.free_at.get(depth)
         if at is None:
             at = self.free_at[depth] = {}
-            node_domains = self.node_domains
-            for node, old, new in self.changes:
-                d = node_domains[node][depth]
-                at[d] = at.get(d, 0) + new - old
+            base, node_class, node_domains, allowed = (
+                self.base,
+                self.node_class,
+                self.node_domains,
+                self.classes,
+            )
+            for node, new in self.avail.items():
+                old = base[node]
+                if new != old and node_class[node] in allowed:
+                    d = node_domains[node][depth]
+                    at[d] = at.get(d, 0) + new - old
         return total + at.get(dom, 0)
 
     def candidates(
@@ -228,15 +228,14 @@ class _View:
             nodes += len(moved_to)
         if nodes >= len(domains):
             return domains
-        found: set[int] = set()
-        node_domains, moved = self.node_domains, self.moved
+        found: set[int] = set()  # (with the domains of nodes that moved from such counts: no harm)
+        node_domains = self.node_domains
         for cls in classes:
             bl = roots.get(cls)
             if bl is not None:
                 for k in range(g, len(bl)):
                     for node in bl[k]:
-                        if node not in moved:
-                            found.add(node_domains[node][depth])
+                        found.add(node_domains[node][depth])
         for moved_to in into.values():
             for node in moved_to:
                 found.add(node_domains[node][depth])
