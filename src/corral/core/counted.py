@@ -135,21 +135,41 @@ class _View:
             self.per_k = per_k
         return self.per_k
 
-    def first(self, dom: int, cls: int, k: int, skip: set[int]) -> int:
+    def first(
+        self,
+        dom: int,
+        cls: int,
+        k: int,
+        skip: set[int],
+        pos: dict[tuple[int, int], tuple[int, int]] | None = None,
+    ) -> int:
         """The lowest node id of bucket `k` (`g` or more) of class `cls` in `dom` not in `skip`;
-        -1 if none."""
+        -1 if none. `pos` (one `fill`: the same domain, `skip` only grows) keeps where each
+        bucket's search stopped: the nodes before it are out for good."""
         avail, node_domains = self.avail, self.node_domains
-        best = -1
-        for node in self.buckets[dom][cls][k]:
+        bucket, moved_to = self.buckets[dom][cls][k], self.into.get((cls, k), ())
+        i = j = 0
+        if pos is not None:
+            i, j = pos.get((cls, k), (0, 0))
+        best, n = -1, len(bucket)
+        while i < n:
+            node = bucket[i]
             if avail.get(node, k) == k and node not in skip:
                 best = node
                 break
-        for node in self.into.get((cls, k), ()):
+            i += 1
+        found, m = -1, len(moved_to)
+        while j < m:
+            node = moved_to[j]
             if best >= 0 and node > best:
                 break
             if node not in skip and dom in node_domains[node]:
-                return node
-        return best
+                found = node
+                break
+            j += 1
+        if pos is not None:
+            pos[cls, k] = (i, j)
+        return found if found >= 0 else best
 
     def best_fit(self, dom: int, classes: tuple[int, ...], need: int) -> int:
         """`FreeIndex.best_fit` (for a need of `g` GPUs or more)."""
@@ -272,6 +292,7 @@ class _View:
         g, left = req.gpus_per_replica, req.replicas
         chosen: list[tuple[int, int]] = []
         skip: set[int] = set()
+        pos: dict[tuple[int, int], tuple[int, int]] = {}
         per_class = self.buckets[dom]
         while left:
             need = left * g
@@ -281,7 +302,7 @@ class _View:
                 if bl is None:
                     continue
                 for k in range(need, min(len(bl), best_k)):
-                    node = self.first(dom, cls, k, skip)
+                    node = self.first(dom, cls, k, skip, pos)
                     if node >= 0:
                         best, best_k = node, k
                         break
@@ -296,7 +317,7 @@ class _View:
                 for k in range(len(bl) - 1, g - 1, -1):
                     if k // g <= most:
                         break
-                    node = self.first(dom, cls, k, skip)
+                    node = self.first(dom, cls, k, skip, pos)
                     if node >= 0:
                         largest, most = node, k // g
                         break

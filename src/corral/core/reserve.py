@@ -83,7 +83,9 @@ def _earliest_fit(
     monotone in releases, the answer depends on where the galloping starts.)
     """
     if ends is None:
-        ends = state.by_end[: bisect_left(state.by_end, (INFINITY,))]  # attempts without an end last
+        by_end = state.by_end
+        last_end = bisect_left(by_end, (INFINITY,))  # attempts without an end last
+        ends = by_end if last_end == len(by_end) else by_end[:last_end]  # (nothing changes it meanwhile)
     if not ends:
         return None
     last = len(state.topology.span_names) - 1
