@@ -10,7 +10,10 @@ how many GPUs on each. `place_counts` answers as `place(explain=False, take=Fals
 state where the nodes of `avail` have those counts, as (node, GPUs) sorted by node: the
 buckets are read with the changed nodes moved (a bucket's order is a function of the counts
 alone, `core/index.py`), and nothing is written (`tests/core/test_counted.py` compares it with
-releasing and placing).
+releasing and placing). Its cost follows what can hold a replica, not the cluster's size: of the
+changed nodes only those from or to `g` GPUs or more are read up front, a span's domains are
+compared only where such a node is (unless such nodes outnumber the domains), a domain's free
+GPUs are counted only once it can hold the gang, and a fill never rescans the nodes it took.
 """
 
 from __future__ import annotations
