@@ -6,6 +6,7 @@ the requests that counts alone cannot decide are refused."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
@@ -19,6 +20,7 @@ from corral.core.placement import Request, place
 from corral.core.request import request_for
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
+from tests.core.test_properties import jobs
 from tests.core.test_reserve_exact import clusters, mixed_jobs
 
 
@@ -45,10 +47,47 @@ def _release_in_state(state: ClusterState, job_ids: list[JobId]) -> None:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_placing_on_counts_answers_as_releasing_and_placing(data: st.DataObject) -> None:
-    state = data.draw(clusters())
+    _check_releases_and_placements(data, data.draw(clusters()), mixed_jobs)
+
+
+@st.composite
+def wide_clusters(draw: st.DrawFn) -> ClusterState:
+    """Up to 36 nodes under up to 12 leaves of 1 to 3 nodes: more domains than nodes with room
+    for a replica, and fewer, so that `place_counts` reads the domains holding such a node only
+    and every domain in turn."""
+    spines, leaves, gpus = draw(st.integers(1, 3)), draw(st.integers(2, 4)), draw(st.sampled_from([4, 8]))
+    specs = [
+        NodeSpec(
+            NodeName(f"n{s}-{leaf}-{i}"), gpus, "H100-80GB", labels={"spine": f"s{s}", "leaf": f"s{s}l{leaf}"}
+        )
+        for s in range(spines)
+        for leaf in range(leaves)
+        for i in range(draw(st.integers(1, 3)))
+    ]
+    queues = [QueueSpec(QueueName(f"q{q}")) for q in range(draw(st.integers(1, 2)))]
+    state = ClusterState.build(("spine", "leaf"), specs, queues)
+    for spec in specs:
+        if draw(st.integers(0, 14)) == 0:
+            state.set_gpu_health(spec.name, draw(st.integers(0, gpus - 1)), healthy=False)
+    return state
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_placing_on_counts_over_many_domains_answers_as_releasing_and_placing(data: st.DataObject) -> None:
+    """Gangs of one to four replicas spread or packed (leaf, spine) over many small leaves."""
+    _check_releases_and_placements(data, data.draw(wide_clusters()), jobs, cycles=5)
+
+
+def _check_releases_and_placements(
+    data: st.DataObject,
+    state: ClusterState,
+    draw_jobs: Callable[[int, int], st.SearchStrategy[list[JobSpec]]],
+    cycles: int = 3,
+) -> None:
     n_queues, policy = len(state.queues), load_policy("default")
-    for cycle in range(3):
-        for spec in data.draw(mixed_jobs(n_queues, 10 * cycle)):
+    for cycle in range(cycles):
+        for spec in data.draw(draw_jobs(n_queues, 10 * cycle)):
             try:
                 state.submit(spec)
             except ValueError:
@@ -58,7 +97,7 @@ def test_placing_on_counts_answers_as_releasing_and_placing(data: st.DataObject)
     chosen = data.draw(st.permutations(running)) if running else []
     released = chosen[: data.draw(st.integers(0, len(chosen)))]
     undone = data.draw(st.integers(0, len(released)))
-    for spec in data.draw(mixed_jobs(n_queues, 100)):
+    for spec in data.draw(draw_jobs(n_queues, 100)):
         try:
             req = request_for(state, spec)
         except ValueError:

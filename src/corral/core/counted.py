@@ -10,10 +10,15 @@ how many GPUs on each. `place_counts` answers as `place(explain=False, take=Fals
 state where the nodes of `avail` have those counts, as (node, GPUs) sorted by node: the
 buckets are read with the changed nodes moved (a bucket's order is a function of the counts
 alone, `core/index.py`), and nothing is written (`tests/core/test_counted.py` compares it with
-releasing and placing).
+releasing and placing). Its cost follows what can hold a replica, not the cluster's size: of the
+changed nodes only those from or to `g` GPUs or more are read up front, a span's domains are
+compared only where such a node is (unless such nodes outnumber the domains), a domain's free
+GPUs are counted only once it can hold the gang, and a fill never rescans the nodes it took.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from corral.core.model import JobId, NodeState
 from corral.core.placement import Request
@@ -36,11 +41,11 @@ def place_counts(state: ClusterState, req: Request, avail: dict[int, int]) -> li
     request's classes; others are read from the index) at those available counts; None if
     nowhere."""
     view = _View(state, req, avail)
-    g, reps, classes = req.gpus_per_replica, req.replicas, req.classes
+    reps, classes = req.replicas, req.classes
     node = view.best_fit(0, req.single_group, req.gpus) if req.single_group else -1
     if node >= 0:
         return [(node, req.gpus)]
-    if view.capacity(0, classes, g)[0] < reps:
+    if view.replicas(0, classes) < reps:
         return None
     if req.max_span == 0:
         return None
@@ -52,11 +57,10 @@ def place_counts(state: ClusterState, req: Request, avail: dict[int, int]) -> li
     for span in range(2, min(req.max_span, n_spans - 1) + 1):
         depth = topo.depth_of_span(span)
         best: tuple[int, int, int] | None = None
-        for dom in topo.by_depth[depth]:
-            cap, free = view.capacity(dom, classes, g)
-            if cap < reps:
+        for dom in view.candidates(topo.by_depth[depth], depth, classes, reps):
+            if view.replicas(dom, classes) < reps:
                 continue
-            key = (view.nodes_needed(dom, classes, g, reps), free - req.gpus, dom)
+            key = (view.nodes_needed(dom, classes, reps), view.free(dom, depth, classes) - req.gpus, dom)
             if best is None or key < best:
                 best = key
         if best is not None:
@@ -70,35 +74,51 @@ def place_counts(state: ClusterState, req: Request, avail: dict[int, int]) -> li
 
 class _View:
     """The free-count index as it would be with the nodes of `avail` at those counts, for one
-    request (each domain's change of capacity and of nodes per count computed once)."""
+    request. Every bucket the view reads holds `g` GPUs or more (a replica): read are the nodes
+    that moved to such a count, by (class, count), the changes from or to such counts, each
+    domain's change of replicas, and, when asked, of GPUs and of nodes per count (each computed
+    once per view). A node of a bucket has moved when `avail` holds another count for it."""
 
-    __slots__ = ("buckets", "changes", "depth", "g", "into", "moved", "node_domains", "per_dom", "per_k")
+    __slots__ = (
+        "avail",
+        "base",
+        "big",
+        "buckets",
+        "classes",
+        "free_at",
+        "g",
+        "into",
+        "node_class",
+        "node_domains",
+        "per_k",
+        "reps",
+    )
 
     def __init__(self, state: ClusterState, req: Request, avail: dict[int, int]) -> None:
-        base = state.index.avail
+        self.base = base = state.index.avail
         self.buckets = state.index.buckets
-        node_class = state.node_class
+        self.node_class = node_class = state.node_class
         self.node_domains = node_domains = state.topology.node_domains
-        self.depth = [d.depth for d in state.topology.domains]
-        classes, g = set(req.classes), req.gpus_per_replica
-        moved: set[int] = set()
-        into: dict[tuple[int, int], list[int]] = {}  # (class, count) -> nodes moved there, by id
-        per_dom: dict[int, tuple[int, int]] = {}  # domain -> change of (replicas, GPUs)
-        changes: list[tuple[int, int, int]] = []  # (node, old, new)
+        self.classes = classes = set(req.classes)
+        g = req.gpus_per_replica
+        into: dict[tuple[int, int], list[int]] = {}  # (class, count >= g) -> nodes moved there, by id
+        reps: dict[int, int] = {}  # domain -> change of replicas
+        big: list[tuple[int, int, int]] = []  # (node, old, new): the changes from or to `g` or more
         for node, new in avail.items():
             old = base[node]
-            if new == old or node_class[node] not in classes:
+            if (new < g and old < g) or new == old or node_class[node] not in classes:
                 continue  # (`place` reads the nodes of the request's classes only)
-            moved.add(node)
-            changes.append((node, old, new))
-            into.setdefault((node_class[node], new), []).append(node)
-            reps, gpus = new // g - old // g, new - old
-            for dom in node_domains[node]:
-                was = per_dom.get(dom)
-                per_dom[dom] = (reps, gpus) if was is None else (was[0] + reps, was[1] + gpus)
+            if new >= g:
+                into.setdefault((node_class[node], new), []).append(node)
+            big.append((node, old, new))
+            change = new // g - old // g
+            if change:
+                for dom in node_domains[node]:
+                    reps[dom] = reps.get(dom, 0) + change
         for nodes in into.values():
             nodes.sort()
-        self.moved, self.into, self.per_dom, self.changes, self.g = moved, into, per_dom, changes, g
+        self.avail, self.into, self.reps, self.big, self.g = avail, into, reps, big, g
+        self.free_at: dict[int, dict[int, int]] = {}  # depth -> domain -> change of GPUs
         self.per_k: dict[int, dict[int, int]] | None = None  # domain -> count -> change of nodes
 
     def _per_k(self) -> dict[int, dict[int, int]]:
@@ -106,7 +126,7 @@ class _View:
         if self.per_k is None:
             g = self.g
             per_k: dict[int, dict[int, int]] = {}
-            for node, old, new in self.changes:
+            for node, old, new in self.big:
                 for dom in self.node_domains[node]:
                     ks = per_k.get(dom)
                     if ks is None:
@@ -118,26 +138,44 @@ class _View:
             self.per_k = per_k
         return self.per_k
 
-    def _inside(self, node: int, dom: int) -> bool:
-        return dom == 0 or self.node_domains[node][self.depth[dom]] == dom
-
-    def first(self, dom: int, cls: int, k: int, skip: set[int]) -> int:
-        """The lowest node id of bucket `k` of class `cls` in `dom` not in `skip`; -1 if none."""
-        moved = self.moved
-        best = -1
-        for node in self.buckets[dom][cls][k]:
-            if node not in moved and node not in skip:
+    def first(
+        self,
+        dom: int,
+        cls: int,
+        k: int,
+        skip: set[int],
+        pos: dict[tuple[int, int], tuple[int, int]] | None = None,
+    ) -> int:
+        """The lowest node id of bucket `k` (`g` or more) of class `cls` in `dom` not in `skip`;
+        -1 if none. `pos` (one `fill`: the same domain, `skip` only grows) keeps where each
+        bucket's search stopped: the nodes before it are out for good."""
+        avail, node_domains = self.avail, self.node_domains
+        bucket, moved_to = self.buckets[dom][cls][k], self.into.get((cls, k), ())
+        i = j = 0
+        if pos is not None:
+            i, j = pos.get((cls, k), (0, 0))
+        best, n = -1, len(bucket)
+        while i < n:
+            node = bucket[i]
+            if avail.get(node, k) == k and node not in skip:
                 best = node
                 break
-        for node in self.into.get((cls, k), ()):
+            i += 1
+        found, m = -1, len(moved_to)
+        while j < m:
+            node = moved_to[j]
             if best >= 0 and node > best:
                 break
-            if node not in skip and self._inside(node, dom):
-                return node
-        return best
+            if node not in skip and dom in node_domains[node]:
+                found = node
+                break
+            j += 1
+        if pos is not None:
+            pos[cls, k] = (i, j)
+        return found if found >= 0 else best
 
     def best_fit(self, dom: int, classes: tuple[int, ...], need: int) -> int:
-        """`FreeIndex.best_fit`."""
+        """`FreeIndex.best_fit` (for a need of `g` GPUs or more)."""
         best, best_k = -1, 1 << 30
         per_class = self.buckets[dom]
         none: set[int] = set()
@@ -152,9 +190,23 @@ class _View:
                     break
         return best
 
-    def capacity(self, dom: int, classes: tuple[int, ...], g: int) -> tuple[int, int]:
-        """`FreeIndex.capacity` (for the request's classes and GPUs per replica)."""
-        replicas = total = 0
+    def replicas(self, dom: int, classes: tuple[int, ...]) -> int:
+        """`FreeIndex.capacity(...)[0]` (replicas of `g` GPUs)."""
+        g, replicas = self.g, 0
+        per_class = self.buckets[dom]
+        for cls in classes:
+            bl = per_class.get(cls)
+            if bl is None:
+                continue
+            for k in range(g, len(bl)):
+                count = len(bl[k])
+                if count:
+                    replicas += count * (k // g)
+        return replicas + self.reps.get(dom, 0)
+
+    def free(self, dom: int, depth: int, classes: tuple[int, ...]) -> int:
+        """`FreeIndex.capacity(...)[1]` (available GPUs) of a domain at `depth`."""
+        total = 0
         per_class = self.buckets[dom]
         for cls in classes:
             bl = per_class.get(cls)
@@ -164,12 +216,57 @@ class _View:
                 count = len(bl[k])
                 if count:
                     total += count * k
-                    replicas += count * (k // g)
-        reps, gpus = self.per_dom.get(dom, (0, 0))
-        return replicas + reps, total + gpus
+        at = self.free_at.get(depth)
+        if at is None:
+            at = self.free_at[depth] = {}
+            base, node_class, node_domains, allowed = (
+                self.base,
+                self.node_class,
+                self.node_domains,
+                self.classes,
+            )
+            for node, new in self.avail.items():
+                old = base[node]
+                if new != old and node_class[node] in allowed:
+                    d = node_domains[node][depth]
+                    at[d] = at.get(d, 0) + new - old
+        return total + at.get(dom, 0)
 
-    def nodes_needed(self, dom: int, classes: tuple[int, ...], g: int, replicas: int) -> int:
+    def candidates(
+        self, domains: list[int], depth: int, classes: tuple[int, ...], reps: int
+    ) -> Iterable[int]:
+        """Of `domains` (those at `depth`), the ones that may hold `reps` (1 or more) replicas:
+        those with a node of `g` GPUs or more; all of them when such nodes are no fewer than the
+        domains (the order does not matter: the domains' keys in `place_counts` differ)."""
+        if reps < 1:
+            return domains
+        g, roots, into = self.g, self.buckets[0], self.into
+        nodes = 0  # nodes of `g` GPUs or more (the moved ones counted from and to)
+        for cls in classes:
+            bl = roots.get(cls)
+            if bl is not None:
+                for k in range(g, len(bl)):
+                    nodes += len(bl[k])
+        for moved_to in into.values():
+            nodes += len(moved_to)
+        if nodes >= len(domains):
+            return domains
+        found: set[int] = set()  # (with the domains of nodes that moved from such counts: no harm)
+        node_domains = self.node_domains
+        for cls in classes:
+            bl = roots.get(cls)
+            if bl is not None:
+                for k in range(g, len(bl)):
+                    for node in bl[k]:
+                        found.add(node_domains[node][depth])
+        for moved_to in into.values():
+            for node in moved_to:
+                found.add(node_domains[node][depth])
+        return found
+
+    def nodes_needed(self, dom: int, classes: tuple[int, ...], replicas: int) -> int:
         """`FreeIndex.nodes_needed` (for the request's classes and GPUs per replica)."""
+        g = self.g
         per_k: dict[int, int] = {}
         per_class = self.buckets[dom]
         for cls in classes:
@@ -198,6 +295,7 @@ class _View:
         g, left = req.gpus_per_replica, req.replicas
         chosen: list[tuple[int, int]] = []
         skip: set[int] = set()
+        pos: dict[tuple[int, int], tuple[int, int]] = {}
         per_class = self.buckets[dom]
         while left:
             need = left * g
@@ -207,7 +305,7 @@ class _View:
                 if bl is None:
                     continue
                 for k in range(need, min(len(bl), best_k)):
-                    node = self.first(dom, cls, k, skip)
+                    node = self.first(dom, cls, k, skip, pos)
                     if node >= 0:
                         best, best_k = node, k
                         break
@@ -222,7 +320,7 @@ class _View:
                 for k in range(len(bl) - 1, g - 1, -1):
                     if k // g <= most:
                         break
-                    node = self.first(dom, cls, k, skip)
+                    node = self.first(dom, cls, k, skip, pos)
                     if node >= 0:
                         largest, most = node, k // g
                         break

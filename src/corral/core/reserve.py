@@ -83,7 +83,8 @@ def _earliest_fit(
     monotone in releases, the answer depends on where the galloping starts.)
     """
     if ends is None:
-        ends = state.by_end[: bisect_left(state.by_end, (INFINITY,))]  # attempts without an end last
+        ends, n = state.by_end, bisect_left(state.by_end, (INFINITY,))  # attempts without an end last
+        ends = ends if n == len(ends) else ends[:n]  # (not copied when all have one: the search keeps it)
     if not ends:
         return None
     last = len(state.topology.span_names) - 1
@@ -119,8 +120,7 @@ def _counted(
     the same releases and placements, counted outside the state (`counted.ReleaseCounts`,
     `counted.place_counts`), which is left untouched."""
     if req.max_span < len(state.topology.span_names) - 1 and where is not None:
-        inside = ReleaseCounts(state, req.classes)
-        running = state.running
+        inside, running = ReleaseCounts(state, req.classes), state.running
         for _, _, job_id in ends[: first + 1]:
             if any(node in where for node, _ in running[job_id].placement):
                 inside.release(job_id)
