@@ -217,7 +217,16 @@ class Preemption:
         broken = any(
             not state.is_schedulable(n) or state.healthy[n] & mask != mask for n, mask in nomination.placement
         )
-        left = [v for v in nomination.victims if v in state.running]
+        # a victim is left while the attempt preempted for this job runs: one that stopped and
+        # started again (a new attempt, elsewhere) is gone, else the job would wait for its end
+        running, me = state.running, job.spec.id
+        left = [
+            v
+            for v in nomination.victims
+            if (a := running.get(v)) is not None
+            and a.preempting_deadline is not None
+            and a.preempted_by == me
+        ]
         busy = any(state.alloc[n] & mask for n, mask in nomination.held)
         if broken or (busy and not left):
             state.drop_nomination(job)
