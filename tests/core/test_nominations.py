@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from corral.core import invariants
-from corral.core.model import JobId, Launch, NodeName
+from corral.core.model import JobId, Launch, NodeName, QueueName, QueueSpec
 from tests.helpers import job, nodes, occupy, run, state_of
 
 
@@ -93,4 +93,24 @@ def test_a_nomination_moves_a_reservation_that_counted_on_its_gpus() -> None:
     assert result.reservations == []
     reason = result.reason_of(JobId("j4"))
     assert reason is not None and "no reservation" in reason.message, reason
+    invariants.check(state)
+
+
+def test_a_victim_that_starts_again_before_its_preemptor_no_longer_holds_it_back() -> None:
+    """A victim stops and, in the next cycle, starts again elsewhere before its preemptor is looked
+    at: the preemptor waited for that new attempt to end (10,166 s on the overload trace under
+    `tiresias`, `bench/quota_guarantee.py`), as if it were still the victim. It starts now."""
+    qs = [QueueSpec(QueueName("a"), quota=8, cohort="lab"), QueueSpec(QueueName("b"), quota=8, cohort="lab")]
+    state = state_of(nodes(2, 8), qs)
+    occupy(state, "a1", "n00", range(4), queue="a", now=0.0)
+    occupy(state, "a2", "n00", range(4, 8), queue="a", now=0.0)
+    occupy(state, "a3", "n01", range(4), queue="a", now=100.0)  # a borrows 4 GPUs: a3 frees n01
+    state.submit(job("nb", "b", gpus=8, submit=900.0))
+    result = run(state, 1000.0)
+    assert [(p.job, p.by) for p in result.preemptions] == [("a3", "nb")]
+    state.end(JobId("a3"), requeue=True, now=1030.0)  # its grace is over: it stopped
+    state.end(JobId("a1"), requeue=False, now=1030.0)  # and a1 ended: a3 fits on n00 again
+    result = run(state, 1030.0)
+    assert sorted(s.job for s in result.starts) == ["a3", "nb"]
+    assert state.running[JobId("a3")].attempt == 2
     invariants.check(state)

@@ -205,6 +205,10 @@ class CycleResult:
     # backoff or a victim's min_runtime ends, a reservation begins): the next cycle is due then
     # even if nothing else happens; infinity when nothing waits for a time
     next_wake: float = INFINITY
+    # (queue, class) groups where a running attempt that checkpoints may become a victim of a job
+    # this cycle left waiting (`VictimFilter.fresh_groups`): a checkpoint there calls for a cycle
+    # within the seconds given (`VictimFilter.fresh_for`: it stays such a victim that long)
+    checkpoint_wakes: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def wake_at(self, t: float) -> None:
         """Something this cycle decided changes at `t` (ignored unless after `now`)."""

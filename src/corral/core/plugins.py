@@ -86,6 +86,40 @@ class VictimFilter(Protocol):
         """Could some preemptible attempt of this queue and class be a victim? (an upper bound)"""
         ...
 
+    # ---- wakes: when a blocked job's candidates may grow without any other event ---------------
+    # (the core already wakes when the first attempt of a group that `group_eligible` allows
+    # leaves its `min_runtime`: these say what that does not see). Each returns None by default:
+    # a plugin that defines none of them needs no wake beyond that.
+
+    def protection_end(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
+        """When an attempt that `group_eligible` does not allow now (it reads only today's
+        candidates, e.g. `tiresias`' levels) leaves its `min_runtime` and would then be a victim:
+        the cycle is due then, and the job's reason names the time (None: no such attempt)."""
+        return None
+
+    def eligible_from(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
+        """The first time after `now` at which the plugin allows the job more victims by time
+        alone, other than a protection ending (e.g. `tiresias`' `patience` ends): the cycle is
+        due then (None: never). It may read the job beyond its family, but a walk meets a
+        family's jobs of one `family_part` in order, so it must not be earlier for a later job."""
+        return None
+
+    def fresh_groups(
+        self, preemptor: PendingJob, state: ClusterState, now: float
+    ) -> tuple[tuple[QueueName, int], ...]:
+        """The (queue, class) groups where an attempt that checkpoints could become a victim it is
+        not now (a plugin that takes only victims with little work to lose, e.g. `tiresias`'
+        `max_lost`): a checkpoint of such an attempt should be followed by a cycle
+        (`CycleResult.checkpoint_wakes`; the simulator reads it, a live scheduler runs a cycle
+        after every journal entry anyway). Empty: checkpoints change nothing for it."""
+        return ()
+
+    def fresh_for(self, preemptor: PendingJob) -> float:
+        """How long after its checkpoint an attempt of `fresh_groups` stays such a victim (e.g.
+        `tiresias`' `max_lost`): the cycle may come up to that much later, so that the simulator
+        serves many checkpoints with one cycle (it runs one half that time after the first)."""
+        return 0.0
+
 
 class VictimOrder(Protocol):
     """In which order a blocked job takes its victims (cheapest first).

@@ -26,6 +26,7 @@ from corral.core.narrow import Narrowed, narrowed, overlay
 from corral.core.occupancy import COUNTED, Group
 from corral.core.placement import NodeMask, Request, place
 from corral.core.plugins import VictimFilter, Victims
+from corral.core.reserved_victims import kept_for_reservations, reserved_short
 from corral.core.state import ClusterState
 
 
@@ -139,11 +140,12 @@ def _by_aggregates(
     g = max(1, req.gpus_per_replica)
     allowed = set(req.classes)
     avail = state.index.avail
+    owed = reserved_short(state)
     node_class = state.node_class
     potential: dict[int, int] = {}
     node_groups = overlay(state.occupancy.groups, few)  # narrowed groups: their few attempts
     for node, groups in enumerate(node_groups):
-        have = avail[node]
+        have = avail[node] - owed.get(node, 0) if owed else avail[node]
         for key, entry in groups.items():
             if key in ok:
                 have += int(entry[0])
@@ -153,7 +155,7 @@ def _by_aggregates(
     whole = req.per_node  # a per-node job starts alone: every attempt on its nodes must leave
 
     def cost(node: int, gpus: int) -> Cost:
-        have = avail[node]
+        have = avail[node] - owed.get(node, 0)
         if have >= gpus and not (whole and state.alloc[node]):
             return _FREE
         worst, lost = -(1 << 62), 0.0
@@ -174,7 +176,7 @@ def _by_aggregates(
         victims: dict[int, RunningAttempt] = {}
         short = False
         for node, gpus in nodes:
-            have = avail[node]
+            have = avail[node] - owed.get(node, 0)
             candidates = verified.get(node)
             if candidates is None:
                 candidates = verified[node] = _verified(state, plugin, job, node, now)
@@ -187,8 +189,10 @@ def _by_aggregates(
                 left &= ~sum(m for n, m in a.placement if n == node)
             if have < gpus or (whole and left):
                 short = True
-                real = avail[node] + sum(
-                    m.bit_count() for a in candidates for n, m in a.placement if n == node
+                real = (
+                    avail[node]
+                    - owed.get(node, 0)
+                    + sum(m.bit_count() for a in candidates for n, m in a.placement if n == node)
                 )
                 if real >= g and not (whole and left):
                     potential[node] = real
@@ -257,9 +261,10 @@ def _full_scan(
                 on_node.setdefault(node, []).append((i, a, gpus))
     g = max(1, req.gpus_per_replica)
     avail = state.index.avail
+    owed = reserved_short(state)
     potential = {n: avail[n] for n in state.index.nodes_by_avail(0, req.classes, g, True)}
     for node, entries in on_node.items():
-        potential[node] = avail[node] + sum(gpus for _, _, gpus in entries)
+        potential[node] = avail[node] - owed.get(node, 0) + sum(gpus for _, _, gpus in entries)
 
     whole = req.per_node  # a per-node job starts alone: every attempt on its nodes must leave
     if whole:  # so a node where some attempt may not be taken cannot hold it
@@ -268,7 +273,7 @@ def _full_scan(
                 del potential[node]
 
     def cost(node: int, gpus: int) -> Cost:
-        have, worst = avail[node], -(1 << 62)
+        have, worst = avail[node] - owed.get(node, 0), -(1 << 62)
         for i, _, held in on_node.get(node, ()):
             if have >= gpus and not whole:
                 break
@@ -281,7 +286,7 @@ def _full_scan(
         return None
     needed: dict[int, RunningAttempt] = {}
     for node, gpus in nodes:
-        have = avail[node]
+        have = avail[node] - owed.get(node, 0)
         for _, a, held in on_node.get(node, ()):
             if have >= gpus and not whole:
                 break
@@ -381,4 +386,8 @@ def _confirm(
     for node, mask in placed:  # a per-node job takes its nodes whole (it starts alone there)
         used[node] = -1 if req.per_node else used.get(node, 0) | mask
     kept = [a for a in victims if any(used.get(n, 0) & m for n, m in a.placement)]
+    if state.reserved_at and not req.per_node and len(kept) < len(victims):
+        more = kept_for_reservations(state, victims, kept, used)
+        if more:
+            kept = [a for a in victims if id(a) in more or any(used.get(n, 0) & m for n, m in a.placement)]
     return Selection(placed, kept)

@@ -217,7 +217,16 @@ class Preemption:
         broken = any(
             not state.is_schedulable(n) or state.healthy[n] & mask != mask for n, mask in nomination.placement
         )
-        left = [v for v in nomination.victims if v in state.running]
+        # a victim is left while the attempt preempted for this job runs: one that stopped and
+        # started again (a new attempt, elsewhere) is gone, else the job would wait for its end
+        running, me = state.running, job.spec.id
+        left = [
+            v
+            for v in nomination.victims
+            if (a := running.get(v)) is not None
+            and a.preempting_deadline is not None
+            and a.preempted_by == me
+        ]
         busy = any(state.alloc[n] & mask for n, mask in nomination.held)
         if broken or (busy and not left):
             state.drop_nomination(job)
@@ -236,11 +245,21 @@ class Preemption:
         `min_runtime` (the cycle is due again then; the reason says so)."""
         if self.protection is None:
             self.protection = host.state.occupancy.protection_ends(host.now)
+        state, now, result = host.state, host.now, host.result
+        later = plugin.eligible_from(job, state, now)  # e.g. `tiresias`' patience ends
+        if later is not None:
+            result.wake_at(later)
+        fresh = plugin.fresh_groups(job, state, now)  # a checkpoint there may give it a victim
+        if fresh:
+            within, wakes = plugin.fresh_for(job), result.checkpoint_wakes
+            for group in fresh:
+                if wakes.get(group, within + 1.0) > within:
+                    wakes[group] = within
         until = self._until(host, job, plugin)
         if until is None:
             return why
-        host.result.wake_at(until)
-        return why_text.with_protection(why, until, host.now)
+        result.wake_at(until)
+        return why_text.with_protection(why, until, now)
 
     def unchanged_protected(self, host: Host, job: PendingJob, why: Reason, plugin: Victims) -> Reason | None:
         """What `protected` answers, when calling it would change nothing in the cycle (its time
@@ -250,10 +269,18 @@ class Preemption:
             return None  # computing it now could see other attempts than the long way would
         # (when its victims' protection ends may depend on the job beyond its family: a walk
         # tells the answer only to jobs of the same `Victims.family_part`, `Verdict.part`)
+        state, now, result = host.state, host.now, host.result
+        later = plugin.eligible_from(job, state, now)
+        if later is not None and result.now < later < result.next_wake:
+            return None
+        fresh = plugin.fresh_groups(job, state, now)
+        if fresh:
+            within, wakes = plugin.fresh_for(job), result.checkpoint_wakes
+            if any(wakes.get(group, within + 1.0) > within for group in fresh):
+                return None  # looking at it would add a checkpoint wake
         until = self._until(host, job, plugin)
         if until is None:
             return why
-        result = host.result
         if result.now < until < result.next_wake:
             return None
         return why_text.with_protection(why, until, host.now)
@@ -274,11 +301,9 @@ class Preemption:
         )
         # a plugin whose `group_eligible` reads only today's candidates (`tiresias`' levels) says
         # itself when one inside its minimum run time would become a victim
-        soon = getattr(plugin, "protection_end", None)
-        if soon is not None:
-            later = soon(job, state, now)
-            if later is not None and (until is None or later < until):
-                until = later
+        later = plugin.protection_end(job, state, now)
+        if later is not None and (until is None or later < until):
+            until = later
         if pkey is not None:
             self.until[pkey] = (state.use_version, until)
         return until

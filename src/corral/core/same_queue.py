@@ -58,3 +58,19 @@ class SameQueue:
         self, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState, now: float
     ) -> bool:
         return self.inner.permit(preemptor, victims, state, now)
+
+    def protection_end(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
+        return self.inner.protection_end(preemptor, state, now)
+
+    def eligible_from(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
+        """None: what time alone gives a plugin (`tiresias`' patience) concerns other queues."""
+        return None
+
+    def fresh_groups(
+        self, preemptor: PendingJob, state: ClusterState, now: float
+    ) -> tuple[tuple[QueueName, int], ...]:
+        mine = preemptor.spec.queue
+        return tuple(g for g in self.inner.fresh_groups(preemptor, state, now) if g[0] == mine)
+
+    def fresh_for(self, preemptor: PendingJob) -> float:
+        return self.inner.fresh_for(preemptor)

@@ -31,6 +31,7 @@ from corral.policies.victims import (
     protected,
     reclaim_eligible,
     reclaim_group_eligible,
+    reclaim_groups,
     reclaim_order_key,
     reclaim_permit,
 )
@@ -215,6 +216,35 @@ class Tiresias:
             if a.job.attained + a.spec.gpus * (end - a.start) >= floor:
                 first = end
         return first
+
+    def eligible_from(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
+        """When its `patience` ends, if it has not and reclaim may take from some other queue: it
+        may then take any borrower (the cycle is due then). A family's jobs of one level are met
+        oldest first, so a later job's patience never ends earlier."""
+        patience = self.args.patience
+        if patience <= 0:
+            return None
+        end = preemptor.spec.submit_time + patience
+        if end <= now or not reclaim_groups(self.args, preemptor, state):
+            return None
+        return end
+
+    def fresh_groups(
+        self, preemptor: PendingJob, state: ClusterState, now: float
+    ) -> tuple[tuple[QueueName, int], ...]:
+        """Where a checkpoint may give it a victim (it takes only those that would lose at most
+        `max_lost`): its own queue and class below the last level (level preemption), and while
+        its `patience` lasts the other queues' groups reclaim may take from."""
+        spec = preemptor.spec
+        own: tuple[tuple[QueueName, int], ...] = ()
+        if self.job_level(preemptor) < len(self.args.thresholds):
+            own = ((spec.queue, spec.priority),)
+        if self._patience_over(preemptor, now):
+            return own
+        return own + reclaim_groups(self.args, preemptor, state)
+
+    def fresh_for(self, preemptor: PendingJob) -> float:
+        return self.args.max_lost
 
     def _worse_fresh(
         self, preemptor: PendingJob, group: tuple[QueueName, int], state: ClusterState, now: float

@@ -88,6 +88,24 @@ class PriorityReclaim:
     ) -> bool:
         return reclaim_permit(self.args, preemptor, victims, state)
 
+    def protection_end(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
+        return None  # `group_eligible` sees every group it may take from: the core's wake suffices
+
+    def eligible_from(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
+        return None
+
+    def fresh_groups(
+        self, preemptor: PendingJob, state: ClusterState, now: float
+    ) -> tuple[tuple[QueueName, int], ...]:
+        """With `spare_after`, a spared borrower becomes a candidate again when it checkpoints:
+        the other queues' groups reclaim may take from."""
+        if self.args.spare_after <= 0:
+            return ()
+        return reclaim_groups(self.args, preemptor, state)
+
+    def fresh_for(self, preemptor: PendingJob) -> float:
+        return self.args.spare_after  # a borrower is spared once it ran that long since a checkpoint
+
 
 # `priority_reclaim`'s rules, for the plugins built on it (`tiresias`)
 def reclaim_eligible(
@@ -131,6 +149,18 @@ def reclaim_group_eligible(
     # reclaim is easier the less is taken: the group's smallest candidate bounds them all
     freed = state.occupancy.smallest((queue, priority))
     return can_reclaim(state, state.queues[mine.queue], mine.gpus, victim, freed, args.surplus)
+
+
+def reclaim_groups(
+    args: PriorityReclaimArgs, preemptor: PendingJob, state: ClusterState
+) -> tuple[tuple[QueueName, int], ...]:
+    """The other queues' (queue, class) groups that reclaim may take from for the preemptor."""
+    mine = preemptor.spec.queue
+    return tuple(
+        (q, p)
+        for q, p in state.occupancy.members
+        if q != mine and reclaim_group_eligible(args, preemptor, q, p, state)
+    )
 
 
 def reclaim_order_key(victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
@@ -235,3 +265,17 @@ class AttainedService:
         self, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState, now: float
     ) -> bool:
         return True
+
+    def protection_end(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
+        return None
+
+    def eligible_from(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
+        return None
+
+    def fresh_groups(
+        self, preemptor: PendingJob, state: ClusterState, now: float
+    ) -> tuple[tuple[QueueName, int], ...]:
+        return ()  # lost work orders its victims, it never excludes one
+
+    def fresh_for(self, preemptor: PendingJob) -> float:
+        return 0.0

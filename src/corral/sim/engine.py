@@ -111,6 +111,11 @@ class Simulation:
         self._last_cycle = -1e300
         self._cycle_due = False
         self._wake = INFINITY  # the last cycle's `next_wake`: a _CYCLE event carrying it is queued
+        # the last cycle's `checkpoint_wakes`: a checkpoint of an attempt of these (queue, class)
+        # groups may give a waiting job a victim, so a cycle follows within the seconds given
+        # (half of them after the checkpoint: the checkpoints until then share that cycle)
+        self._checkpoint_wakes: dict[tuple[str, int], float] = {}
+        self._fresh_due: tuple[str, float] | None = None  # the _CYCLE event queued for them
 
     # ---- set-up --------------------------------------------------------------------------
     def _push(self, t: float, kind: int, payload: object) -> None:
@@ -162,7 +167,9 @@ class Simulation:
         while events and events[0][0] == now:
             _, kind, _, payload = heapq.heappop(events)
             if kind == _CYCLE:  # the minimum interval has passed, or the last cycle's wake-up is due
-                self._cycle_due = self._cycle_due or payload is None or payload == self._wake
+                self._cycle_due = (
+                    self._cycle_due or payload is None or payload == self._wake or payload == self._fresh_due
+                )
             else:
                 changed |= self._handle(kind, payload, now)
         while i < n and arrivals[i].trace.submit_time == now:
@@ -273,6 +280,8 @@ class Simulation:
         self.stats.cycles += 1
         result = schedule(self.state, self.profile, now)
         wake = result.next_wake  # e.g. a victim's min_runtime ends: nothing else may happen then
+        self._checkpoint_wakes = result.checkpoint_wakes
+        self._fresh_due = None  # this cycle saw every checkpoint so far
         if wake != self._wake:
             self._wake = wake
             if wake < INFINITY:
@@ -341,7 +350,15 @@ class Simulation:
             if running is not None and running.attempt == attempt:
                 self.state.record_checkpoint(job_id, now)
                 self._next_checkpoint(self.jobs[job_id], now)
-            return False  # no cycle for it: it only changes what a preemption would lose
+                # a cycle only if a waiting job takes victims by how little they would lose
+                spec = running.spec
+                within = self._checkpoint_wakes.get((spec.queue, spec.priority))
+                if within is not None:
+                    at = now + within / 2
+                    if self._fresh_due is None or self._fresh_due[1] > at:
+                        self._fresh_due = ("fresh", at)
+                        self._push(at, _CYCLE, self._fresh_due)
+            return False
         name = cast(NodeName, payload)
         if kind == _FAIL_NODE:
             return self._fail_node(name, now)
