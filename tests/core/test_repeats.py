@@ -111,6 +111,7 @@ def summary(result: CycleResult) -> tuple[Any, ...]:
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), policy=st.sampled_from(["default", "las", "tiresias"]))
 @example(seed=12, policy="las")  # a later job of a verdict key passed at another level repeats its answer
+@example(seed=822, policy="default")  # the walk nominated j32 over j7; the long way started j21
 def test_passing_over_repeats_changes_nothing(seed: int, policy: str) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(repeats, "FEW_JOBS", 0)  # walk even over a handful of jobs
