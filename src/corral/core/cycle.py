@@ -84,6 +84,7 @@ class _Cycle:
         # per node classes: (reservations, their nodes) and ((reservations, node version), GPUs)
         self.reserved_memo: dict[tuple[int, ...], tuple[int, list[tuple[str, float, tuple[int, ...]]]]] = {}
         self.held_free_memo: dict[tuple[int, ...], tuple[tuple[int, int], int]] = {}
+        self.sentences = why_text.Sentences(state, now)
 
     def run(self) -> None:
         order.run(self)
@@ -304,10 +305,9 @@ class _Cycle:
         ends_by = None if limit is None else self.now + limit
         held = self._reserved_for(req)
         if not held:
-            return why_text.capacity(self.state, req, placed, held, ends_by, self.now)
-        return why_text.capacity(
-            self.state, req, placed, held, ends_by, self.now, lambda: self._held_free(req, held), runs
-        )
+            return self.sentences.capacity(req, placed, held, self.reservation_gen, ends_by)
+        held_free = lambda: self._held_free(req, held)  # noqa: E731
+        return self.sentences.capacity(req, placed, held, self.reservation_gen, ends_by, held_free, runs)
 
     def _reserved_for(self, req: Request) -> list[tuple[str, float, tuple[int, ...]]]:
         """(job, start, nodes) of this cycle's reservations on nodes the gang may use, earliest

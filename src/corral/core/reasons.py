@@ -159,6 +159,58 @@ def capacity(
     return Reason(code, text + _unavailable(state, req), at)
 
 
+class Sentences:
+    """The capacity sentences of one cycle at `now` (`capacity`), remembered while no node's GPUs
+    change (`ClusterState.node_version`) per (request, miss, reservations): the jobs of a shape
+    blocked alike are told one sentence, built once, with `RUNS` where a job's own end goes
+    (`Why.BEHIND_RESERVATION`), filled in for each job. Answers exactly what `capacity` does."""
+
+    __slots__ = ("memo", "now", "state", "version")
+
+    def __init__(self, state: ClusterState, now: float) -> None:
+        self.state = state
+        self.now = now
+        self.version = -1
+        # (request, miss span, miss best GPUs, reservations' generation) -> (sentence, its parts
+        # around `RUNS` if it names the job's end)
+        self.memo: dict[tuple[object, ...], tuple[Reason, tuple[str, str] | None]] = {}
+
+    def capacity(
+        self,
+        req: Request,
+        miss: Miss,
+        reservations: Sequence[tuple[str, float, tuple[int, ...]]],
+        generation: int,
+        ends_by: float | None,
+        held_free: Callable[[], int] | None = None,
+        runs: str | None = None,
+    ) -> Reason:
+        """`capacity(state, req, miss, reservations, ends_by, now, held_free, runs)`, where
+        `reservations` is a function of (the request's classes, `generation`)."""
+        state = self.state
+        if self.version != state.node_version:
+            self.memo.clear()
+            self.version = state.node_version
+        key = (req, miss.span, miss.best_gpus, generation)
+        found = self.memo.get(key)
+        if found is None:
+            template = capacity(state, req, miss, reservations, None, self.now, held_free, RUNS)
+            parts: tuple[str, str] | None = None
+            if template.code is Why.BEHIND_RESERVATION:
+                split = template.message.split(RUNS)
+                if len(split) != 2:  # (a name holding the placeholder: no memory)
+                    return capacity(state, req, miss, reservations, ends_by, self.now, held_free, runs)
+                parts = (split[0], split[1])
+            found = (template, parts)
+            self.memo[key] = found
+        template, parts = found
+        if parts is None:
+            return template
+        if runs is None:
+            runs = runs_until(ends_by, self.now)
+        return Reason(template.code, parts[0] + runs + parts[1], template.at)
+
+
 def runs_until(ends_by: float | None, now: float) -> str:
     """When a job that starts now would end, in a capacity sentence (`Why.BEHIND_RESERVATION`)."""
     return "it has no time limit" if ends_by is None else f"it would run until {clock(ends_by, now)}"
