@@ -169,12 +169,19 @@ class Preemption:
         return self._nominate(host, job, selection.placement, victims, f"to make room in queue {spec.queue}")
 
     def _admitted(self, host: Host, job: PendingJob, queue: QueueState, freed: int) -> bool:
-        """Whether every admission plugin admits the job once `freed` GPUs of its queue have left."""
+        """Whether every admission plugin admits the job once `freed` GPUs of its queue have left.
+        The queues' use changes here without `use_version` (nothing else is to see it): what the
+        admission remembers per use version is set aside meanwhile, so that it neither answers
+        from the state without `freed` nor keeps what it computed with it."""
+        caches = host.state.caches
+        rooms, reclaiming = caches.borrow_rooms, caches.reclaiming
+        caches.borrow_rooms = None
         queue.leaving_gpus += freed
         try:
             return all(admit.admit(job, queue, host.state) is None for admit in host.profile.admits)
         finally:
             queue.leaving_gpus -= freed
+            caches.borrow_rooms, caches.reclaiming = rooms, reclaiming
 
     def _ranked(self) -> Ranked | None:
         return self.ranked if REMEMBER else None
