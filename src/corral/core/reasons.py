@@ -18,6 +18,7 @@ from corral.core.model import NodeState
 from corral.core.placement import Miss, Request
 from corral.core.state import ClusterState
 
+REMEMBER_SENTENCES = True  # False: every capacity sentence built anew (tests compare: `Sentences`)
 UNIX_EPOCH_FLOOR = 1e9  # a time at or above this is Unix time (after 2001); below, a simulation's seconds
 _NAMES_SHOWN = 3
 
@@ -160,19 +161,21 @@ def capacity(
 
 
 class Sentences:
-    """The capacity sentences of one cycle at `now` (`capacity`), remembered while no node's GPUs
-    change (`ClusterState.node_version`) per (request, miss, reservations): the jobs of a shape
-    blocked alike are told one sentence, built once, with `RUNS` where a job's own end goes
-    (`Why.BEHIND_RESERVATION`), filled in for each job. Answers exactly what `capacity` does."""
+    """The capacity sentences of one cycle at `now` (`capacity`), remembered per (request, miss,
+    reservations, `ClusterState.base_id`): the jobs of a shape blocked alike are told one
+    sentence, built once, with `RUNS` where a job's own end goes (`Why.BEHIND_RESERVATION`),
+    filled in for each job. The base id names everything a sentence reads but the reserved GPUs
+    (work undone through the plan gives its id back, so a tried backfill leaves the memory
+    valid); inside a cycle, outside a backfill attempt or a search, those are the cycle's
+    reservations, which the caller's `generation` names. Answers exactly what `capacity` does."""
 
-    __slots__ = ("memo", "now", "state", "version")
+    __slots__ = ("memo", "now", "state")
 
     def __init__(self, state: ClusterState, now: float) -> None:
         self.state = state
         self.now = now
-        self.version = -1
-        # (request, miss span, miss best GPUs, reservations' generation) -> (sentence, its parts
-        # around `RUNS` if it names the job's end)
+        # (request, miss span, miss best GPUs, reservations' generation, base id) -> (sentence,
+        # its parts around `RUNS` if it names the job's end)
         self.memo: dict[tuple[object, ...], tuple[Reason, tuple[str, str] | None]] = {}
 
     def capacity(
@@ -188,10 +191,9 @@ class Sentences:
         """`capacity(state, req, miss, reservations, ends_by, now, held_free, runs)`, where
         `reservations` is a function of (the request's classes, `generation`)."""
         state = self.state
-        if self.version != state.node_version:
-            self.memo.clear()
-            self.version = state.node_version
-        key = (req, miss.span, miss.best_gpus, generation)
+        if not REMEMBER_SENTENCES:
+            return capacity(state, req, miss, reservations, ends_by, self.now, held_free, runs)
+        key = (req, miss.span, miss.best_gpus, generation, state.base_id)
         found = self.memo.get(key)
         if found is None:
             template = capacity(state, req, miss, reservations, None, self.now, held_free, RUNS)
