@@ -212,10 +212,16 @@ class Walk:
             for shape, reason in self.judge.blocked.items():
                 if isinstance(shape, tuple):
                     by_base.setdefault(shape[:3], set()).add(reason)
+        uniform_of: dict[tuple[object, ...], Reason | None] = {}  # per (shape, queue, class)
         for fam in self.families:
             if not fam.runs:
                 continue
-            uniform = self._uniform(fam, by_base)
+            first = self.jobs[fam.keys[0][-1]]  # type: ignore[index]
+            base = (first.shape, first.spec.queue, first.spec.priority)
+            if base in uniform_of:
+                uniform = uniform_of[base]
+            else:
+                uniform = uniform_of[base] = self._uniform(first, base, by_base)
             for lo_key, hi_key, told in fam.runs:
                 keys = fam.keys[bisect_left(fam.keys, lo_key) : bisect_right(fam.keys, hi_key)]
                 if uniform is not None:
@@ -410,19 +416,24 @@ class Walk:
         """The verdict key of `job`'s (shape, time limit) with the other preemptibility, if any."""
         return self.judge.state.interned((blocked_key(job), preemptible))
 
-    def _uniform(self, fam: Family, by_base: dict[tuple[object, ...], set[Reason]]) -> Reason | None:
-        """The one reason every capacity run of the family gives, if the reasons its (shape, time
-        limit)s were first told this cycle are all the same (None: they differ, or name each
-        job's own end)."""
-        first = self.jobs[fam.keys[0][-1]]  # type: ignore[index]
-        base = (first.shape, first.spec.queue, first.spec.priority)
-        reasons: set[Reason | PerLimit] = {reason for _, _, reason in fam.runs}
+    def _uniform(
+        self, first: PendingJob, base: tuple[object, ...], by_base: dict[tuple[object, ...], set[Reason]]
+    ) -> Reason | None:
+        """The one reason every capacity run of the families of `base` (`first`'s shape, queue and
+        class) gives, if the reasons its (shape, time limit)s were first told this cycle are all
+        the same (None: they differ, or name each job's own end)."""
+        only: Reason | PerLimit | None = None
         for twin in self._twins(first):
-            reasons.update(reason for _, _, reason in twin.runs)
-        reasons.update(by_base.get(base, ()))
-        if len(reasons) != 1:
-            return None
-        only = next(iter(reasons))
+            for _, _, reason in twin.runs:
+                if only is None:
+                    only = reason
+                elif reason is not only and reason != only:
+                    return None
+        for reason in by_base.get(base, ()):
+            if only is None:
+                only = reason
+            elif reason is not only and reason != only:
+                return None
         return only if isinstance(only, Reason) else None
 
 
