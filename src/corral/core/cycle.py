@@ -17,13 +17,13 @@ from corral.core import reasons as why_text
 from corral.core.decisions import CycleResult, Reason, Reserve, Start, Why
 from corral.core.estimated_holds import ESTIMATES_KEPT, confident, estimated_hold
 from corral.core.fairshare import advance_usage, note_reclaiming
+from corral.core.families import ADMISSION, CAPACITY, Epoch, Verdict
 from corral.core.jobs import PartOf, PendingJob
 from corral.core.model import JobId, Placement, QueueName
 from corral.core.placement import Miss, NodeMask, Request, place, sure_miss, to_placement
 from corral.core.plugins import Profile
 from corral.core.preemption import Preemption
 from corral.core.rejections import reject_never_fitting
-from corral.core.repeats import ADMISSION, CAPACITY, Epoch, Verdict
 from corral.core.request import request_for
 from corral.core.same_queue import SameQueue
 from corral.core.state import ClusterState

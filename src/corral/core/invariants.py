@@ -34,10 +34,9 @@ def check(state: ClusterState) -> None:
             raise InvariantError(
                 f"free count {state.free_count[node]} on {state.specs[node].name}, masks say {free}"
             )
-        if state.is_schedulable(node):
-            if state.index.avail[node] != free:
-                where, says = state.specs[node].name, state.index.avail[node]
-                raise InvariantError(f"index says {says} free on {where}, masks say {free}")
+        if state.is_schedulable(node) and state.index.avail[node] != free:
+            where, says = state.specs[node].name, state.index.avail[node]
+            raise InvariantError(f"index says {says} free on {where}, masks say {free}")
     held = [0] * len(state.specs)
     for job in state.jobs.values():
         for node, mask in job.nomination.held if job.nomination is not None else ():
