@@ -306,8 +306,9 @@ class _Cycle:
         held = self._reserved_for(req)
         if not held:
             return self.sentences.capacity(req, placed, held, self.reservation_gen, ends_by)
-        held_free = lambda: self._held_free(req, held)  # noqa: E731
-        return self.sentences.capacity(req, placed, held, self.reservation_gen, ends_by, held_free, runs)
+        return self.sentences.capacity(
+            req, placed, held, self.reservation_gen, ends_by, self._held_free, runs
+        )
 
     def _reserved_for(self, req: Request) -> list[tuple[str, float, tuple[int, ...]]]:
         """(job, start, nodes) of this cycle's reservations on nodes the gang may use, earliest
@@ -326,10 +327,11 @@ class _Cycle:
         self.reserved_memo[req.classes] = (self.reservation_gen, found)
         return found
 
-    def _held_free(self, req: Request, held: list[tuple[str, float, tuple[int, ...]]]) -> int:
+    def _held_free(self, req: Request, held: why_text.Reservations) -> int:
         """`reasons.held_free_gpus`, remembered per classes while neither the reservations nor
-        any node changes."""
-        key = (self.reservation_gen, self.state.node_version)
+        the state apart from reserved GPUs changes (the base id: a tried backfill gives it back;
+        outside one, the reserved GPUs are the reservations')."""
+        key = (self.reservation_gen, self.state.base_id)
         known = self.held_free_memo.get(req.classes)
         if known is not None and known[0] == key:
             return known[1]

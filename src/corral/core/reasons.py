@@ -160,6 +160,10 @@ def capacity(
     return Reason(code, text + _unavailable(state, req), at)
 
 
+Reservations = Sequence[tuple[str, float, tuple[int, ...]]]  # (job, start, nodes), earliest first
+HeldFree = Callable[[Request, Reservations], int]  # `held_free_gpus`, or a cycle's memory of it
+
+
 class Sentences:
     """The capacity sentences of one cycle at `now` (`capacity`), remembered per (request, miss,
     reservations, `ClusterState.base_id`): the jobs of a shape blocked alike are told one
@@ -185,23 +189,26 @@ class Sentences:
         reservations: Sequence[tuple[str, float, tuple[int, ...]]],
         generation: int,
         ends_by: float | None,
-        held_free: Callable[[], int] | None = None,
+        held_free: HeldFree | None = None,
         runs: str | None = None,
     ) -> Reason:
-        """`capacity(state, req, miss, reservations, ends_by, now, held_free, runs)`, where
-        `reservations` is a function of (the request's classes, `generation`)."""
+        """`capacity(state, req, miss, reservations, ends_by, now, held, runs)`, where `held()` is
+        `held_free(req, reservations)` and `reservations` is a function of (the request's
+        classes, `generation`)."""
         state = self.state
         if not REMEMBER_SENTENCES:
-            return capacity(state, req, miss, reservations, ends_by, self.now, held_free, runs)
+            held = None if held_free is None else lambda: held_free(req, reservations)
+            return capacity(state, req, miss, reservations, ends_by, self.now, held, runs)
         key = (req, miss.span, miss.best_gpus, generation, state.base_id)
         found = self.memo.get(key)
         if found is None:
-            template = capacity(state, req, miss, reservations, None, self.now, held_free, RUNS)
+            held = None if held_free is None else lambda: held_free(req, reservations)
+            template = capacity(state, req, miss, reservations, None, self.now, held, RUNS)
             parts: tuple[str, str] | None = None
             if template.code is Why.BEHIND_RESERVATION:
                 split = template.message.split(RUNS)
                 if len(split) != 2:  # (a name holding the placeholder: no memory)
-                    return capacity(state, req, miss, reservations, ends_by, self.now, held_free, runs)
+                    return capacity(state, req, miss, reservations, ends_by, self.now, held, runs)
                 parts = (split[0], split[1])
             found = (template, parts)
             self.memo[key] = found
