@@ -178,9 +178,9 @@ class Sentences:
     def __init__(self, state: ClusterState, now: float) -> None:
         self.state = state
         self.now = now
-        # (request, miss span, miss best GPUs, reservations' generation, base id) -> (sentence,
-        # its parts around `RUNS` if it names the job's end)
-        self.memo: dict[tuple[object, ...], tuple[Reason, tuple[str, str] | None]] = {}
+        # (request's id, miss span, miss best GPUs, reservations' generation, base id) ->
+        # (request, sentence, its parts around `RUNS` if it names the job's end)
+        self.memo: dict[tuple[int, int, int, int, int], tuple[Request, Reason, tuple[str, str] | None]] = {}
 
     def capacity(
         self,
@@ -199,7 +199,9 @@ class Sentences:
         if not REMEMBER_SENTENCES:
             held = None if held_free is None else lambda: held_free(req, reservations)
             return capacity(state, req, miss, reservations, ends_by, self.now, held, runs)
-        key = (req, miss.span, miss.best_gpus, generation, state.base_id)
+        # the request by identity (hashing it costs more than building many sentences): the
+        # memory holds it, so no other object takes its id while the entry lives
+        key = (id(req), miss.span, miss.best_gpus, generation, state.base_id)
         found = self.memo.get(key)
         if found is None:
             held = None if held_free is None else lambda: held_free(req, reservations)
@@ -210,9 +212,9 @@ class Sentences:
                 if len(split) != 2:  # (a name holding the placeholder: no memory)
                     return capacity(state, req, miss, reservations, ends_by, self.now, held, runs)
                 parts = (split[0], split[1])
-            found = (template, parts)
+            found = (req, template, parts)
             self.memo[key] = found
-        template, parts = found
+        _, template, parts = found
         if parts is None:
             return template
         if runs is None:
