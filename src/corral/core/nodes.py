@@ -86,8 +86,9 @@ class NodeTable:
         self.free_cpus: list[int] = []
         self.free_memory: list[float] = []
         # per node, as `_refresh` last saw it: free GPUs (`free_mask`'s count) and the most free in
-        # one NVLink group (nodes with several), so that a change of reserved GPUs alone, the most
-        # frequent (reservations held, lifted and dropped), recounts no mask (`_set_reserved_raw`)
+        # one NVLink group (nodes with several; -1: not counted yet), so that a change of reserved
+        # GPUs alone, the most frequent (reservations held, lifted and dropped), recounts no mask
+        # (`_set_reserved_raw`)
         self.free_count: list[int] = []
         self.group_free: list[int] = []
         self.total_gpus = self.total_cpus = 0
@@ -211,9 +212,7 @@ class NodeTable:
         """Recount a node's free GPUs (`free_count`, `group_free`) and move it in the buckets."""
         free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
         self.free_count[node] = free.bit_count()
-        masks = self.group_masks[node]
-        if len(masks) > 1:
-            self.group_free[node] = max((free & m).bit_count() for m in masks)
+        self.group_free[node] = -1  # counted when first needed (`_move`)
         self._move(node)
 
     def _move(self, node: int) -> None:
@@ -230,8 +229,13 @@ class NodeTable:
             self.nvl_index.move(node, 0)
             return
         self.index.move(node, avail)
-        if len(self.group_masks[node]) > 1:
-            self.nvl_index.move(node, min(self.group_free[node], avail))
+        masks = self.group_masks[node]
+        if len(masks) > 1:
+            best = self.group_free[node]
+            if best < 0:
+                free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
+                best = self.group_free[node] = max((free & m).bit_count() for m in masks)
+            self.nvl_index.move(node, min(best, avail))
 
     # ---- tentative changes, through the plan -------------------------------------------
     def take(self, node: int, mask: int, cpus: int, memory: float, exclusive: bool) -> None:
