@@ -17,13 +17,13 @@ from corral.core import reasons as why_text
 from corral.core.decisions import CycleResult, Reason, Reserve, Start, Why
 from corral.core.estimated_holds import ESTIMATES_KEPT, confident, estimated_hold
 from corral.core.fairshare import advance_usage, note_reclaiming
+from corral.core.families import ADMISSION, CAPACITY, Epoch, Verdict
 from corral.core.jobs import PartOf, PendingJob
 from corral.core.model import JobId, Placement, QueueName
 from corral.core.placement import Miss, NodeMask, Request, place, sure_miss, to_placement
 from corral.core.plugins import Profile
 from corral.core.preemption import Preemption
 from corral.core.rejections import reject_never_fitting
-from corral.core.repeats import ADMISSION, CAPACITY, Epoch, Verdict
 from corral.core.request import request_for
 from corral.core.same_queue import SameQueue
 from corral.core.state import ClusterState
@@ -84,6 +84,7 @@ class _Cycle:
         # per node classes: (reservations, their nodes) and ((reservations, node version), GPUs)
         self.reserved_memo: dict[tuple[int, ...], tuple[int, list[tuple[str, float, tuple[int, ...]]]]] = {}
         self.held_free_memo: dict[tuple[int, ...], tuple[tuple[int, int], int]] = {}
+        self.sentences = why_text.Sentences(state, now)
 
     def run(self) -> None:
         order.run(self)
@@ -304,9 +305,9 @@ class _Cycle:
         ends_by = None if limit is None else self.now + limit
         held = self._reserved_for(req)
         if not held:
-            return why_text.capacity(self.state, req, placed, held, ends_by, self.now)
-        return why_text.capacity(
-            self.state, req, placed, held, ends_by, self.now, lambda: self._held_free(req, held), runs
+            return self.sentences.capacity(req, placed, held, self.reservation_gen, ends_by)
+        return self.sentences.capacity(
+            req, placed, held, self.reservation_gen, ends_by, self._held_free, runs
         )
 
     def _reserved_for(self, req: Request) -> list[tuple[str, float, tuple[int, ...]]]:
@@ -326,10 +327,11 @@ class _Cycle:
         self.reserved_memo[req.classes] = (self.reservation_gen, found)
         return found
 
-    def _held_free(self, req: Request, held: list[tuple[str, float, tuple[int, ...]]]) -> int:
+    def _held_free(self, req: Request, held: why_text.Reservations) -> int:
         """`reasons.held_free_gpus`, remembered per classes while neither the reservations nor
-        any node changes."""
-        key = (self.reservation_gen, self.state.node_version)
+        the state apart from reserved GPUs changes (the base id: a tried backfill gives it back;
+        outside one, the reserved GPUs are the reservations')."""
+        key = (self.reservation_gen, self.state.base_id)
         known = self.held_free_memo.get(req.classes)
         if known is not None and known[0] == key:
             return known[1]

@@ -29,11 +29,14 @@ def check(state: ClusterState) -> None:
     for node in range(len(state.specs)):
         if state.reserved[node]:
             raise InvariantError(f"reservation left on {state.specs[node].name} after the cycle")
-        if state.is_schedulable(node):
-            free = (state.healthy[node] & ~state.alloc[node] & ~state.held[node]).bit_count()
-            if state.index.avail[node] != free:
-                where, says = state.specs[node].name, state.index.avail[node]
-                raise InvariantError(f"index says {says} free on {where}, masks say {free}")
+        free = (state.healthy[node] & ~state.alloc[node] & ~state.held[node]).bit_count()
+        if state.free_count[node] != free:
+            raise InvariantError(
+                f"free count {state.free_count[node]} on {state.specs[node].name}, masks say {free}"
+            )
+        if state.is_schedulable(node) and state.index.avail[node] != free:
+            where, says = state.specs[node].name, state.index.avail[node]
+            raise InvariantError(f"index says {says} free on {where}, masks say {free}")
     held = [0] * len(state.specs)
     for job in state.jobs.values():
         for node, mask in job.nomination.held if job.nomination is not None else ():

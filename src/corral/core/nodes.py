@@ -54,7 +54,7 @@ class Released:
     """What `NodeTable.give_back_many` changed: each node's allocated mask, CPUs, memory, exclusive
     flag and index counts before, and the base ids before and after."""
 
-    saved: dict[int, tuple[int, int, float, bool, int, int]]
+    saved: dict[int, tuple[int, int, float, bool, int, int, int, int]]  # ... and free counts
     before: int
     after: int
 
@@ -85,6 +85,12 @@ class NodeTable:
         self.exclusive: list[bool] = []
         self.free_cpus: list[int] = []
         self.free_memory: list[float] = []
+        # per node, as `_refresh` last saw it: free GPUs (`free_mask`'s count) and the most free in
+        # one NVLink group (nodes with several; -1: not counted yet), so that a change of reserved
+        # GPUs alone, the most frequent (reservations held, lifted and dropped), recounts no mask
+        # (`_set_reserved_raw`)
+        self.free_count: list[int] = []
+        self.group_free: list[int] = []
         self.total_gpus = self.total_cpus = 0
         self.total_memory = 0.0
         self.occupancy = Occupancy()
@@ -147,6 +153,8 @@ class NodeTable:
         self.exclusive.append(False)
         self.free_cpus.append(spec.cpus)
         self.free_memory.append(spec.memory_gib)
+        self.free_count.append(0)
+        self.group_free.append(0)
         self.total_gpus += spec.gpus
         self.total_cpus += spec.cpus
         self.total_memory += spec.memory_gib
@@ -201,15 +209,21 @@ class NodeTable:
         self.base_id = self._last_id
 
     def _refresh(self, node: int) -> None:
-        """Recompute a node's available count and move it in the buckets (`available`, inlined:
-        the hottest path of tentative work)."""
+        """Recount a node's free GPUs (`free_count`, `group_free`) and move it in the buckets."""
+        free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
+        self.free_count[node] = free.bit_count()
+        self.group_free[node] = -1  # counted when first needed (`_move`)
+        self._move(node)
+
+    def _move(self, node: int) -> None:
+        """Move a node in the buckets to its available count (`available`, inlined from the free
+        counts: the hottest path of tentative work)."""
         self.node_version += 1
         if self.node_state[node] is not NodeState.UP or self.exclusive[node]:
             self.index.move(node, 0)
             self.nvl_index.move(node, 0)
             return
-        free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
-        avail = free.bit_count() - self.reserved[node]
+        avail = self.free_count[node] - self.reserved[node]
         if avail <= 0:
             self.index.move(node, 0)
             self.nvl_index.move(node, 0)
@@ -217,7 +231,10 @@ class NodeTable:
         self.index.move(node, avail)
         masks = self.group_masks[node]
         if len(masks) > 1:
-            best = max((free & m).bit_count() for m in masks)
+            best = self.group_free[node]
+            if best < 0:
+                free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
+                best = self.group_free[node] = max((free & m).bit_count() for m in masks)
             self.nvl_index.move(node, min(best, avail))
 
     # ---- tentative changes, through the plan -------------------------------------------
@@ -275,7 +292,8 @@ class NodeTable:
         work that the caller undoes before anything else changes (`reserve`)."""
         alloc, cpus, memory, exclusive = self.alloc, self.free_cpus, self.free_memory, self.exclusive
         index_avail, nvl_avail = self.index.avail, self.nvl_index.avail
-        saved: dict[int, tuple[int, int, float, bool, int, int]] = {}
+        free_count, group_free = self.free_count, self.group_free
+        saved: dict[int, tuple[int, int, float, bool, int, int, int, int]] = {}
         for node, mask, c, m, e in releases:
             if node not in saved:
                 saved[node] = (
@@ -285,6 +303,8 @@ class NodeTable:
                     exclusive[node],
                     index_avail[node],
                     nvl_avail[node],
+                    free_count[node],
+                    group_free[node],
                 )
             if alloc[node] & mask != mask:
                 raise InvariantError(f"GPU mask {mask:#x} of node {self.specs[node].name} is not allocated")
@@ -302,9 +322,15 @@ class NodeTable:
     def restore(self, released: Released) -> None:
         """Undo `give_back_many` (after rolling the plan back to where it was then)."""
         alloc, cpus, memory, exclusive = self.alloc, self.free_cpus, self.free_memory, self.exclusive
-        index, nvl_index = self.index, self.nvl_index
-        for node, (a, c, m, e, avail, nvl) in released.saved.items():
+        index, nvl_index, free_count, group_free = (
+            self.index,
+            self.nvl_index,
+            self.free_count,
+            self.group_free,
+        )
+        for node, (a, c, m, e, avail, nvl, count, group) in released.saved.items():
             alloc[node], cpus[node], memory[node], exclusive[node] = a, c, m, e
+            free_count[node], group_free[node] = count, group
             index.move(node, avail)
             nvl_index.move(node, nvl)
         self.node_version += 1
@@ -327,7 +353,7 @@ class NodeTable:
             self.reserved_at[node] = count
         else:
             self.reserved_at.pop(node, None)
-        self._refresh(node)
+        self._move(node)  # (no mask changed: the free counts stand)
 
     def set_held(self, node: int, mask: int) -> None:
         before, old = self.base_id, self.held[node]

@@ -14,10 +14,10 @@ from typing import Protocol
 
 from corral.core import repeats
 from corral.core.decisions import CycleResult, Reason, Reasons, Why
+from corral.core.families import Epoch, Key, Verdict, Verdicts, next_key
 from corral.core.jobs import PartOf, PendingJob, QueueState
 from corral.core.model import QueueName
 from corral.core.plugins import Profile
-from corral.core.repeats import Epoch, Key, Verdict, Verdicts
 from corral.core.state import ClusterState
 
 ONE_JOB_SHORTCUT = True  # a cycle with one pending job considers it without ordering (tests turn it off)
@@ -149,7 +149,7 @@ def _run_fair(cycle: Looker) -> None:
     while heap:
         _, i, q = heap[0]
         walk = walks[i]
-        key = cursors[i] = repeats.next_key(q.pending_keys, cursors[i]) if walk is None else walk.next()
+        key = cursors[i] = next_key(q.pending_keys, cursors[i]) if walk is None else walk.next()
         if key is None:
             heapq.heappop(heap)  # nothing left in this queue
             if walk is not None:

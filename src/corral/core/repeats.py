@@ -39,97 +39,15 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Hashable
-from dataclasses import dataclass
-from typing import Protocol
 
-from corral.core.decisions import Reason, Reasons
-from corral.core.jobs import PartOf, PendingJob, QueueState
+from corral.core.decisions import Reason
+from corral.core.families import CAPACITY, REPEAT, Epoch, Family, Judge, Key, Verdict, blocked_key
+from corral.core.jobs import PendingJob, QueueState
 from corral.core.model import JobId
 from corral.core.reasons import PerLimit
-from corral.core.state import ClusterState
 
-Key = tuple[object, ...]
-Verdicts = dict[int, tuple[int, Reason]]  # verdict key -> (queues' use version, reason)
-Epoch = tuple[int, int, bool]  # (queues' use version, reservations made or moved, preemption deferred)
 MANY_SHAPES = 512  # above this many families in one walk, looking at each job costs less
 FEW_JOBS = 8  # up to this many jobs in one walk, looking at each job costs less
-ADMISSION, CAPACITY, REPEAT = 0, 1, 2
-
-
-@dataclass(slots=True)
-class Verdict:
-    """What every ordinary job of a family is told during one epoch (see the module)."""
-
-    kind: int  # ADMISSION, CAPACITY, or REPEAT (one verdict key only: its current verdict)
-    reason: Reason
-    per_limit: PerLimit | None = None  # CAPACITY only: `reason` names the end of the job looked at
-    # CAPACITY only: told only to the jobs whose `Judge.family_part` is this (None: to all)
-    part: int | None = None
-
-
-class Judge(Protocol):
-    """What a walk needs from its cycle."""
-
-    now: float
-    state: ClusterState
-    reasons: Reasons
-    verdicts: Verdicts
-    blocked: dict[Hashable, Reason]
-
-    def epoch(self) -> Epoch: ...
-
-    def family_verdict(self, job: PendingJob) -> Verdict | None:
-        """What an ordinary job of `job`'s family that repeats no verdict would be told now, if
-        that is the same for all of them (None: they must be looked at)."""
-        ...
-
-    def backfill_end(self) -> float | None:
-        """The latest time by which a job must end for its backfill attempt to change anything."""
-        ...
-
-    def family_part(self, job: PendingJob) -> int:
-        """What its answer depends on beyond its family (`Verdict.part`)."""
-        ...
-
-    def part_source(self) -> tuple[object, PartOf]:
-        """Who says a job's part (compared by identity), and how (`jobs.FamilyParts.use`)."""
-        ...
-
-
-class Family:
-    __slots__ = (
-        "base",
-        "down",
-        "family",
-        "flags",
-        "index",
-        "keys",
-        "pos",
-        "preemptible",
-        "queue",
-        "runs",
-        "scan_end",
-        "scan_pos",
-        "token",
-        "verdict",
-    )
-
-    def __init__(self, index: int, keys: list[Key], queue: QueueState, family: int = -1) -> None:
-        self.index = index
-        self.family = family  # its id (`PendingJob.family`)
-        self.keys = keys  # the family's order keys (its queue's list: unchanged during a cycle)
-        self.queue = queue
-        self.pos = 0  # its first job not yet passed or handed out
-        self.token = 0  # its entry in the heap, if any, carries the current token
-        self.verdict: Verdict | None = None  # passive while it has one (for the current epoch)
-        self.flags: list[Key] = []  # its flagged jobs' keys, sorted
-        # the runs it passed as blocked by capacity: (first key, last key, reason), in order
-        self.runs: list[tuple[Key, Key, Reason | PerLimit]] = []
-        self.scan_pos = 0  # the jobs from `pos` to here cannot backfill by `scan_end`
-        self.scan_end = -1.0
-        self.down: set[float] = set()  # time limits of its jobs found blocked in this cycle
-        self.base: tuple[object, ...] | None = None  # (shape, queue, class) of its jobs
-        self.preemptible = True  # ... and their preemptibility (both set by `Walk._twins`)
 
 
 class Walk:
@@ -212,10 +130,16 @@ class Walk:
             for shape, reason in self.judge.blocked.items():
                 if isinstance(shape, tuple):
                     by_base.setdefault(shape[:3], set()).add(reason)
+        uniform_of: dict[tuple[object, ...], Reason | None] = {}  # per (shape, queue, class)
         for fam in self.families:
             if not fam.runs:
                 continue
-            uniform = self._uniform(fam, by_base)
+            first = self.jobs[fam.keys[0][-1]]  # type: ignore[index]
+            base = (first.shape, first.spec.queue, first.spec.priority)
+            if base in uniform_of:
+                uniform = uniform_of[base]
+            else:
+                uniform = uniform_of[base] = self._uniform(first, base, by_base)
             for lo_key, hi_key, told in fam.runs:
                 keys = fam.keys[bisect_left(fam.keys, lo_key) : bisect_right(fam.keys, hi_key)]
                 if uniform is not None:
@@ -410,19 +334,24 @@ class Walk:
         """The verdict key of `job`'s (shape, time limit) with the other preemptibility, if any."""
         return self.judge.state.interned((blocked_key(job), preemptible))
 
-    def _uniform(self, fam: Family, by_base: dict[tuple[object, ...], set[Reason]]) -> Reason | None:
-        """The one reason every capacity run of the family gives, if the reasons its (shape, time
-        limit)s were first told this cycle are all the same (None: they differ, or name each
-        job's own end)."""
-        first = self.jobs[fam.keys[0][-1]]  # type: ignore[index]
-        base = (first.shape, first.spec.queue, first.spec.priority)
-        reasons: set[Reason | PerLimit] = {reason for _, _, reason in fam.runs}
+    def _uniform(
+        self, first: PendingJob, base: tuple[object, ...], by_base: dict[tuple[object, ...], set[Reason]]
+    ) -> Reason | None:
+        """The one reason every capacity run of the families of `base` (`first`'s shape, queue and
+        class) gives, if the reasons its (shape, time limit)s were first told this cycle are all
+        the same (None: they differ, or name each job's own end)."""
+        only: Reason | PerLimit | None = None
         for twin in self._twins(first):
-            reasons.update(reason for _, _, reason in twin.runs)
-        reasons.update(by_base.get(base, ()))
-        if len(reasons) != 1:
-            return None
-        only = next(iter(reasons))
+            for _, _, reason in twin.runs:
+                if only is None:
+                    only = reason
+                elif reason is not only and reason != only:
+                    return None
+        for reason in by_base.get(base, ()):
+            if only is None:
+                only = reason
+            elif reason is not only and reason != only:
+                return None
         return only if isinstance(only, Reason) else None
 
 
@@ -445,15 +374,3 @@ class _FirstBlocked:
         if isinstance(told, Reason):
             return told
         return told.reason if job is None else told.resolve(job.spec.time_limit)
-
-
-def blocked_key(job: PendingJob) -> tuple[object, ...]:
-    """The key of `_Cycle.blocked`: (shape, queue, class, time limit)."""
-    spec = job.spec
-    return (job.shape, spec.queue, spec.priority, spec.time_limit)
-
-
-def next_key(keys: list[Key], after: Key | None) -> Key | None:
-    """The first key after `after` (None: none)."""
-    i = 0 if after is None else bisect_right(keys, after)
-    return keys[i] if i < len(keys) else None
