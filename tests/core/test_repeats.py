@@ -9,6 +9,7 @@ nominations, reservations, rejections and every job's reason must be identical.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from corral.core import limits as limits_module
 from corral.core import order, repeats
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult
+from corral.core.estimates import Estimator
 from corral.core.jobs import PendingJob
 from corral.core.model import JobId, JobSpec, NodeName, NodeSpec, QueueName, QueueSpec
 from corral.core.state import ClusterState
@@ -52,10 +54,21 @@ def play(seed: int, policy: str, limits: int = 0) -> list[tuple[Any, ...]]:
     ]
     state = ClusterState.build(("leaf",), nodes, queues)
     profile = load_policy(policy)
+    tiresias = {"thresholds": [3600.0, 36000.0], "starve": 1200.0, "patience": 900.0}
     if policy == "tiresias":  # levels that the services below cross, promotions, checkpoints
-        profile = load_policy(
-            policy, {"tiresias": {"thresholds": [3600.0, 36000.0], "starve": 1200.0, "patience": 900.0}}
-        )
+        profile = load_policy(policy, {"tiresias": tiresias})
+    names = [""]
+    if policy == "tiresias_estimated":  # and inside a level by estimates, which a family's names
+        # set apart (so its jobs are met out of submit order), and reservations on estimated ends
+        estimated = {"estimate_weight": 1.0, "estimate_cap": 3600.0, "hold_after": 600.0}
+        profile = load_policy("tiresias", {"tiresias": {**tiresias, **estimated}})
+        state.estimator = Estimator(min_drawn=1)
+        names = ["short", "mid", "long"]
+        for name, seconds in zip(names, (60.0, 1800.0, 7200.0), strict=True):
+            for replicas, gpus in ((1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (3, 8)):
+                spec = JobSpec(JobId("past"), QueueName("q0"), replicas=replicas, gpus_per_replica=gpus)
+                for queue in ("q0", "q1", "q2"):
+                    state.estimator.observe(replace(spec, queue=QueueName(queue), name=name, user="u"), seconds)
     shapes = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (3, 8)]
     outcome: list[tuple[Any, ...]] = []
     now, seq = 0.0, 0
@@ -72,6 +85,7 @@ def play(seed: int, policy: str, limits: int = 0) -> list[tuple[Any, ...]]:
                 JobId(f"j{seq}"), queue, replicas=replicas, gpus_per_replica=gpus,
                 priority=prio, priority_class=name, submit_time=now, seq=seq,
                 time_limit=rng.choice(choices), preemptible=rng.random() > 0.1,
+                name=rng.choice(names) if len(names) > 1 else "", user="u" if len(names) > 1 else "",
             )  # fmt: skip
             state.submit(spec, attained=rng.choice([0.0, 5000.0, 50000.0]))
         for job in list(state.jobs.values()):
@@ -85,7 +99,7 @@ def play(seed: int, policy: str, limits: int = 0) -> list[tuple[Any, ...]]:
         now += rng.choice([1.0, 300.0, 900.0])
         for job_id in list(state.running):
             attempt = state.running[job_id]
-            if policy == "tiresias" and rng.random() < 0.3:
+            if policy.startswith("tiresias") and rng.random() < 0.3:
                 state.record_checkpoint(job_id, now - rng.choice([0.0, 100.0]))
             if attempt.preempting_deadline is not None and attempt.preempting_deadline <= now:
                 state.end(job_id, requeue=True, now=now)
@@ -109,7 +123,9 @@ def summary(result: CycleResult) -> tuple[Any, ...]:
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), policy=st.sampled_from(["default", "las", "tiresias"]))
+@given(
+    seed=st.integers(0, 2**32 - 1), policy=st.sampled_from(["default", "las", "tiresias", "tiresias_estimated"])
+)
 @example(seed=12, policy="las")  # a later job of a verdict key passed at another level repeats its answer
 @example(seed=822, policy="default")  # the walk nominated j32 over j7; the long way started j21
 def test_passing_over_repeats_changes_nothing(seed: int, policy: str) -> None:
@@ -126,7 +142,7 @@ def test_passing_over_repeats_changes_nothing(seed: int, policy: str) -> None:
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 2**32 - 1),
-    policy=st.sampled_from(["default", "las", "default", "tiresias"]),
+    policy=st.sampled_from(["default", "las", "default", "tiresias", "tiresias_estimated"]),
     limits=st.sampled_from([4, 12, 40]),
 )
 # a budget preemption's admission check (`Preemption._admitted`) answered from borrowing rooms

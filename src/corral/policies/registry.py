@@ -162,18 +162,22 @@ def load_policy(name: str, args: Mapping[str, Mapping[str, Any]] | None = None) 
     def make(plugin: str | None) -> Any:
         return None if plugin is None else _make(plugin, args.get(plugin), f"policy {name}")
 
+    job_order = make(spec["order"])
+    hold_after = spec.get("hold_after")
+    if isinstance(job_order, Tiresias) and job_order.args.hold_after is not None:
+        hold_after = job_order.args.hold_after  # `tiresias.hold_after`: estimated reservations
     queue_order = make(spec.get("queue_order"))
     half_life = queue_order.args.half_life if isinstance(queue_order, FairShare) else None
     return Profile(
         name=name,
-        job_order=make(spec["order"]),
+        job_order=job_order,
         queue_order=queue_order,
         admits=tuple(make(p) for p in spec.get("admit", [])),
         victims=make(spec.get("victims")),
         head_of_line=bool(spec.get("head_of_line", False)),
         backfill=bool(spec.get("backfill", True)),
         max_reservations=int(spec.get("max_reservations", 8)),
-        hold_after=None if spec.get("hold_after") is None else float(spec["hold_after"]),
+        hold_after=None if hold_after is None else float(hold_after),
         usage_half_life=half_life,
         description=str(spec["description"]),
         args={k: dict(v) for k, v in args.items()},

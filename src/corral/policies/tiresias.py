@@ -9,6 +9,12 @@ victim would lose at most `max_lost` seconds of work (since its last checkpoint,
 0 (`core/aging.py`). Reclaim across queues is `default`'s, except that for `patience` seconds
 after its submission a job takes back its queue's quota only from borrowers that would lose at
 most `max_lost` of work (after that, from any: the guarantee comes later, not never).
+Two options read run times learned from history (`core/estimates.py`), both off by default:
+`estimate_weight` orders the jobs of a level by estimated remaining run time aged by waiting
+(`shortest_estimated`'s order, inside a level; `patience` then counts from the time the order
+places a job at, so that a later job of a family never reclaims more than an earlier one), and
+`hold_after` lets reservations rest on the estimated ends of jobs without a time limit
+(`Profile.hold_after`, `core/estimated_holds.py`).
 Everything else is `default`'s: queues by fair share, quotas and limits, preemption by higher
 classes, reservations and backfill.
 
@@ -50,6 +56,14 @@ class TiresiasArgs(PriorityReclaimArgs):
     # borrowers that would lose at most `max_lost` of work (0: from any borrower at once); six
     # hours by default (issue 16, sixth pass: restarts of long borrowers made Philly's tail)
     patience: float = 21_600.0
+    # inside a level, a job is placed as if submitted `estimate_weight` x its estimated remaining
+    # run time (at most `estimate_cap` seconds) later: shortest expected first, aged by waiting
+    # (0: first come, first served, and nothing is learned for the order)
+    estimate_weight: float = 0.0
+    estimate_cap: float = 86_400.0
+    # reservations on the estimated ends of jobs without a time limit: held at once on a confident
+    # estimate, else once the job has waited this many seconds (`Profile.hold_after`; None: none)
+    hold_after: float | None = None
 
     def __post_init__(self) -> None:
         PriorityReclaimArgs.__post_init__(self)
@@ -63,6 +77,13 @@ class TiresiasArgs(PriorityReclaimArgs):
             raise ValueError("starve must be >= 0 seconds (0: no promotion)")
         if not self.patience >= 0:
             raise ValueError("patience must be >= 0 seconds (0: reclaim from any borrower at once)")
+        if not self.estimate_weight >= 0:
+            raise ValueError("estimate_weight must be >= 0 (0: first come, first served inside a level)")
+        if not self.estimate_cap >= 0:
+            raise ValueError("estimate_cap must be >= 0 seconds (the most estimated run time that delays a job)")
+        hold = self.hold_after
+        if hold is not None and (not isinstance(hold, (int, float)) or not hold >= 0):
+            raise ValueError("hold_after must be >= 0 seconds, or unset (no reservations on estimated ends)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +109,23 @@ class Tiresias:
     # ---- the order inside a queue ------------------------------------------------------
     def key(self, job: PendingJob) -> tuple[object, ...]:
         s = job.spec
-        return (-s.priority, self.job_level(job), s.submit_time, s.seq, s.id)
+        return (-s.priority, self.job_level(job), self.placed_at(job), s.seq, s.id)
+
+    def placed_at(self, job: PendingJob) -> float:
+        """The time the order places a job at inside its level: its submit time, plus
+        `estimate_weight` x its estimated remaining run time (up to `estimate_cap`) when that
+        weight is set and history gave an estimate."""
+        s = job.spec
+        weight = self.args.estimate_weight
+        estimate = job.estimate
+        if weight <= 0 or estimate is None:
+            return s.submit_time
+        remaining = max(0.0, estimate.seconds - (job.attained / s.gpus if s.gpus else 0.0))
+        return s.submit_time + weight * min(remaining, self.args.estimate_cap)
+
+    def reads_estimates(self) -> bool:
+        """Whether the order reads `PendingJob.estimate` (`Profile.uses_estimates`)."""
+        return self.args.estimate_weight > 0
 
     def promote_after(self) -> float | None:
         """`Profile.promote_after`: `starve`, or None when it is 0."""
@@ -96,8 +133,8 @@ class Tiresias:
 
     # ---- victims -------------------------------------------------------------------------
     def family_part(self, preemptor: PendingJob) -> int:
-        """Its level. `patience` reads its submit time too, but a walk meets a family's jobs of
-        one level oldest first, and a younger job may take no borrower an older one may not."""
+        """Its level. `patience` reads its `placed_at` too, but a walk meets a family's jobs of
+        one level in that order, and a later one may take no borrower an earlier one may not."""
         return self.job_level(preemptor)
 
     def preemptor_key(self, preemptor: PendingJob) -> Hashable | None:
@@ -170,9 +207,10 @@ class Tiresias:
         return self._fresh(group, state, now, thresholds[level], True)
 
     def _patience_over(self, preemptor: PendingJob, now: float) -> bool:
-        """Whether its patience is over (or there is none): reclaim may take any borrower."""
+        """Whether its patience is over (or there is none): reclaim may take any borrower. It
+        counts from `placed_at` (the submit time unless `estimate_weight` is set)."""
         patience = self.args.patience
-        return patience <= 0 or now - preemptor.spec.submit_time >= patience
+        return patience <= 0 or now - self.placed_at(preemptor) >= patience
 
     def _fresh(
         self, group: tuple[QueueName, int], state: ClusterState, now: float, floor: float, every: bool
@@ -224,7 +262,7 @@ class Tiresias:
         patience = self.args.patience
         if patience <= 0:
             return None
-        end = preemptor.spec.submit_time + patience
+        end = self.placed_at(preemptor) + patience
         if end <= now or not reclaim_groups(self.args, preemptor, state):
             return None
         return end
