@@ -53,7 +53,7 @@ def play(seed: int, policy: str, limits: int = 0) -> list[tuple[Any, ...]]:
         for i in range(3)
     ]
     state = ClusterState.build(("leaf",), nodes, queues)
-    profile = load_policy(policy)
+    profile = load_policy("tiresias" if policy == "tiresias_estimated" else policy)
     tiresias = {"thresholds": [3600.0, 36000.0], "starve": 1200.0, "patience": 900.0}
     if policy == "tiresias":  # levels that the services below cross, promotions, checkpoints
         profile = load_policy(policy, {"tiresias": tiresias})
