@@ -2,6 +2,7 @@
 an oversubscribed cluster (`bench/overload_trace.py`).
 
 Run: .venv/bin/python bench/sim_speed.py [--only CASE[,CASE]] [--jobs N] [--policy P (for `default`)]
+     [--arg PLUGIN.KEY=VALUE (its arguments, e.g. tiresias.estimate_weight=4)]
 Each case runs in a fresh process; the figures are wall time (and the process's CPU time, which a
 busy machine inflates less), simulated jobs per second and the process's peak resident memory,
 and whether the core ran compiled (scripts/setup.sh builds it; CORRAL_PURE_PYTHON=1 runs it
@@ -32,7 +33,7 @@ sys.path.insert(0, str(HERE))
 
 from corral import native  # noqa: E402
 from corral.config.cluster_file import ClusterConfig, parse_cluster_config  # noqa: E402
-from corral.policies.registry import load_policy  # noqa: E402
+from corral.policies.registry import load_policy, parse_plugin_args  # noqa: E402
 from corral.sim.engine import SimOptions, Simulation  # noqa: E402
 from corral.sim.eventlog import EventLog  # noqa: E402
 from corral.sim.loaders.philly import load_philly, load_vc_nodes  # noqa: E402
@@ -94,7 +95,10 @@ def run(case: str, jobs_limit: int | None) -> dict[str, object]:
     measures = Measures()
     if policy == "default":
         policy = DEFAULT[0]  # --policy
-    sim = Simulation(cluster, jobs, load_policy(policy), EventLog([measures.feed]), SimOptions())
+        profile = load_policy(policy, parse_plugin_args(ARGS))
+    else:
+        profile = load_policy(policy)
+    sim = Simulation(cluster, jobs, profile, EventLog([measures.feed]), SimOptions())
     stats = sim.run()
     ran = time.perf_counter() - loaded
     cpu = time.process_time() - cpu
@@ -134,6 +138,7 @@ TARGETS = {
 }
 DEFAULT_CASES = ["philly", "las", "million", "overload", "overload128", "overload128_las"]
 DEFAULT = ["default"]  # the policy of the cases that run `default` (--policy)
+ARGS: list[str] = []  # its arguments (--arg)
 
 
 def main() -> None:
@@ -142,9 +147,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, help="limit the jobs of the case (smoke runs)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per case (default 1800)")
     parser.add_argument("--policy", default="default", help="instead of default (e.g. estimated)")
+    parser.add_argument("--arg", action="append", default=[], help="PLUGIN.KEY=VALUE, for --policy's plugins")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     DEFAULT[0] = args.policy
+    ARGS[:] = args.arg
     if args.child:
         print(json.dumps(run(args.child, args.jobs)))
         return
@@ -155,6 +162,7 @@ def main() -> None:
     for case in cases:
         cmd = [sys.executable, __file__, "--child", case, "--policy", args.policy]
         cmd += ["--jobs", str(args.jobs)] if args.jobs else []
+        cmd += [f"--arg={a}" for a in args.arg]
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=args.timeout).stdout
         except subprocess.TimeoutExpired:
