@@ -66,9 +66,10 @@ def play(seed: int, policy: str, limits: int = 0) -> list[tuple[Any, ...]]:
         names = ["short", "mid", "long"]
         for name, seconds in zip(names, (60.0, 1800.0, 7200.0), strict=True):
             for replicas, gpus in ((1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (3, 8)):
-                spec = JobSpec(JobId("past"), QueueName("q0"), replicas=replicas, gpus_per_replica=gpus)
                 for queue in ("q0", "q1", "q2"):
-                    state.estimator.observe(replace(spec, queue=QueueName(queue), name=name, user="u"), seconds)
+                    past = JobSpec(JobId("past"), QueueName(queue), replicas=replicas, gpus_per_replica=gpus)
+                    past = replace(past, name=name, user="u")
+                    state.estimator.observe(past, seconds)
     shapes = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (3, 8)]
     outcome: list[tuple[Any, ...]] = []
     now, seq = 0.0, 0
@@ -124,7 +125,8 @@ def summary(result: CycleResult) -> tuple[Any, ...]:
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    seed=st.integers(0, 2**32 - 1), policy=st.sampled_from(["default", "las", "tiresias", "tiresias_estimated"])
+    seed=st.integers(0, 2**32 - 1),
+    policy=st.sampled_from(["default", "las", "tiresias", "tiresias_estimated"]),
 )
 @example(seed=12, policy="las")  # a later job of a verdict key passed at another level repeats its answer
 @example(seed=822, policy="default")  # the walk nominated j32 over j7; the long way started j21

@@ -80,7 +80,7 @@ class TiresiasArgs(PriorityReclaimArgs):
         if not self.estimate_weight >= 0:
             raise ValueError("estimate_weight must be >= 0 (0: first come, first served inside a level)")
         if not self.estimate_cap >= 0:
-            raise ValueError("estimate_cap must be >= 0 seconds (the most estimated run time that delays a job)")
+            raise ValueError("estimate_cap must be >= 0 seconds (the most run time that delays a job)")
         hold = self.hold_after
         if hold is not None and (not isinstance(hold, (int, float)) or not hold >= 0):
             raise ValueError("hold_after must be >= 0 seconds, or unset (no reservations on estimated ends)")
