@@ -122,6 +122,11 @@ class Simulation:
             for name in self.state.node_ids:
                 self._push(self.rng.expovariate(1.0 / self.options.node_mtbf), _FAIL_NODE, name)
 
+    @property
+    def arrived(self) -> int:
+        """How many of the trace's jobs have been submitted so far."""
+        return self._arrived
+
     def next_time(self) -> float:
         """The instant `step` plays next: the next arrival or event (infinity when none is left)."""
         i = self._arrived
