@@ -14,6 +14,8 @@ Targets (issue "Overload"), on the overload trace: its 52,000 jobs on 5,000 node
 <= 30 s with `default` (`overload`); its first 5,000 jobs on 128 nodes x 8 GPUs in <= 1 s with
 `default` and with `las` (`overload128`, `overload128_las`); 1,000,000 jobs of its shape at 2x
 load on 5,000 nodes in <= 5 min and <= 2 GB (`overload_million`). `--jobs N` replays the first N.
+`--cpu-budget S` stops each case after S CPU seconds and reports how far it got (arrivals, virtual
+time, backlog, with a sample every tenth of the budget), for cases too slow to finish here.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ sys.path.insert(0, str(HERE))
 from corral import native  # noqa: E402
 from corral.config.cluster_file import ClusterConfig, parse_cluster_config  # noqa: E402
 from corral.policies.registry import load_policy, parse_plugin_args  # noqa: E402
-from corral.sim.engine import SimOptions, Simulation  # noqa: E402
+from corral.sim.engine import SimOptions, SimStats, Simulation  # noqa: E402
 from corral.sim.eventlog import EventLog  # noqa: E402
+from corral.sim.gcpause import rare_collections  # noqa: E402
 from corral.sim.loaders.philly import load_philly, load_vc_nodes  # noqa: E402
 from corral.sim.metrics import Measures  # noqa: E402
 from corral.sim.trace import TraceJob  # noqa: E402
@@ -77,7 +80,7 @@ def synthetic(count: int, gpus: int, load: float, seed: int = 1) -> list[TraceJo
     return jobs
 
 
-def run(case: str, jobs_limit: int | None) -> dict[str, object]:
+def run(case: str, jobs_limit: int | None, budget: float | None = None) -> dict[str, object]:
     started = time.perf_counter()
     if case == "philly":
         jobs = load_philly()
@@ -99,19 +102,44 @@ def run(case: str, jobs_limit: int | None) -> dict[str, object]:
     else:
         profile = load_policy(policy)
     sim = Simulation(cluster, jobs, profile, EventLog([measures.feed]), SimOptions())
-    stats = sim.run()
+    progress: list[dict[str, float]] = []
+    stats = sim.run() if budget is None else _run_for(sim, cpu, budget, progress)
     ran = time.perf_counter() - loaded
     cpu = time.process_time() - cpu
     summary = measures.summary()
     return {
         "case": case, "policy": policy, "jobs": len(jobs), "gpus": sum(n.gpus for n in cluster.nodes),
         "load_s": round(loaded - started, 2), "sim_s": round(ran, 2), "sim_cpu_s": round(cpu, 2),
-        "jobs_per_s": round(len(jobs) / ran),
+        "jobs_per_s": round(sim.arrived / ran),
         "cycles": stats.cycles, "finished": summary["jobs"]["finished"],
         "preemptions": summary["jobs"]["preemptions"],
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "compiled": native.active(),
-    }  # fmt: skip
+    } | ({"cpu_budget_s": budget, "progress": progress} if budget is not None else {})  # fmt: skip
+
+
+def _run_for(sim: Simulation, cpu0: float, budget: float, progress: list[dict[str, float]]) -> SimStats:
+    """Step the replay until it ends or has used `budget` CPU seconds; a sample every tenth of it
+    (CPU seconds, virtual time, arrivals, jobs waiting and running) into `progress`."""
+    sim.begin()
+    every, steps = budget / 10, 0
+    mark = cpu0 + every
+    with rare_collections():
+        while sim.step():
+            steps += 1
+            if steps % 64:
+                continue
+            now = time.process_time()
+            if now >= mark or now - cpu0 >= budget:
+                state = sim.state
+                progress.append({
+                    "cpu_s": round(now - cpu0, 1), "t": round(sim.stats.end_time),
+                    "arrived": sim.arrived, "pending": len(state.jobs), "running": len(state.running),
+                })  # fmt: skip
+                mark = now + every
+                if now - cpu0 >= budget:
+                    break
+    return sim.stats
 
 
 def overload_case(case: str, jobs_limit: int | None) -> tuple[ClusterConfig, list[TraceJob], str]:
@@ -148,12 +176,13 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per case (default 1800)")
     parser.add_argument("--policy", default="default", help="instead of default (e.g. estimated)")
     parser.add_argument("--arg", action="append", default=[], help="PLUGIN.KEY=VALUE, for --policy's plugins")
+    parser.add_argument("--cpu-budget", type=float, help="stop each case after this many CPU seconds")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     DEFAULT[0] = args.policy
     ARGS[:] = args.arg
     if args.child:
-        print(json.dumps(run(args.child, args.jobs)))
+        print(json.dumps(run(args.child, args.jobs, args.cpu_budget)))
         return
     cases = args.only.split(",") if args.only else DEFAULT_CASES
     unknown = [c for c in cases if c not in TARGETS]
@@ -163,6 +192,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--child", case, "--policy", args.policy]
         cmd += ["--jobs", str(args.jobs)] if args.jobs else []
         cmd += [f"--arg={a}" for a in args.arg]
+        cmd += ["--cpu-budget", str(args.cpu_budget)] if args.cpu_budget else []
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=args.timeout).stdout
         except subprocess.TimeoutExpired:

@@ -30,12 +30,13 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 PURE_ENV = "CORRAL_PURE_PYTHON"
 _SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]  # e.g. .cpython-311-x86_64-linux-gnu.so
 _POLICIES = ("fair_share", "noargs", "ordering", "quota", "tiresias", "victims")
-_SIM = ("engine", "eventlog", "metrics", "jobmodel", "ideal")
+_SIM = ("engine", "eventlog", "metrics", "jobmodel", "ideal", "options", "simjob")
 
 
 def modules(package_dir: Path = PACKAGE_DIR) -> list[str]:
     """The compiled modules: every module of the core (not its package `__init__`), the built-in
-    policies' plugins, and the simulator's event loop, event log, measures and job model."""
+    policies' plugins, and the simulator's event loop, event log, measures, options, trace jobs and
+    job model."""
     core = sorted(p.stem for p in (package_dir / "core").glob("*.py") if p.stem != "__init__")
     return (
         [f"corral.core.{m}" for m in core]

@@ -14,7 +14,6 @@ import heapq
 import random
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import cast
 
 from corral.config.array_spec import MET, NEVER
@@ -39,34 +38,14 @@ from corral.sim.dependencies import DependencyBook
 from corral.sim.eventlog import EventLog, placement_json
 from corral.sim.gcpause import rare_collections
 from corral.sim.ideal import IdealSpans
-from corral.sim.jobmodel import PreemptionCost, Slowdown
+from corral.sim.options import SimOptions, SimStats
 from corral.sim.simjob import JobMaker, SimJob, span_of, trace_of
 from corral.sim.trace import TraceJob
 
+__all__ = ["SimOptions", "SimStats", "Simulation"]  # the options live in sim/options.py
+
 _END, _STOP, _FAIL_NODE, _REPAIR, _CHECKPOINT, _CYCLE = 0, 1, 2, 3, 4, 9
 _Ending = tuple[JobId, int, "str | None"]  # the payload of _END and _STOP: job, attempt, note
-
-
-@dataclass(frozen=True, slots=True)
-class SimOptions:
-    min_interval: float = 0.0  # seconds between cycles at the least
-    slowdown: Slowdown = field(default_factory=Slowdown)
-    preemption: PreemptionCost = field(default_factory=PreemptionCost)
-    node_mtbf: float | None = None  # mean seconds between failures of one node
-    node_repair: float = 3600.0
-    seed: int = 0
-
-
-@dataclass(slots=True)
-class SimStats:
-    """What the run did, besides the event log."""
-
-    end_time: float = 0.0
-    cycles: int = 0
-    jobs: int = 0
-    time_limit_rules: dict[str, int] = field(
-        default_factory=lambda: {"trace": 0, "queue default": 0, "none": 0}
-    )
 
 
 class Simulation:
@@ -142,6 +121,11 @@ class Simulation:
         if self.options.node_mtbf:
             for name in self.state.node_ids:
                 self._push(self.rng.expovariate(1.0 / self.options.node_mtbf), _FAIL_NODE, name)
+
+    @property
+    def arrived(self) -> int:
+        """How many of the trace's jobs have been submitted so far."""
+        return self._arrived
 
     def next_time(self) -> float:
         """The instant `step` plays next: the next arrival or event (infinity when none is left)."""

@@ -9,9 +9,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from corral.sim.report_series import Sample, Sampler, Series, State
+from corral.sim.summary import QueueTotals, distribution, jain, queue_summary
 
 __all__ = ["Event", "Measures", "Series", "measures_from_log", "replay_log"]
 
@@ -330,7 +329,16 @@ class Measures:
                 running += 1
         gpu_seconds = self._gpu_seconds + sum(open_seconds)
         frag_area = self._frag_area + self._frag * (end - self._frag_t) if self._t0 is not None else 0.0
-        queues = self._queue_summary(end, makespan, open_seconds)
+        below = [
+            seconds + (end - since if since != _OFF else 0.0)
+            for seconds, since in zip(self._below_seconds, self._below_since, strict=True)
+        ]
+        queues = queue_summary(
+            QueueTotals(self._queue_names, self._weight, self._quota, self._submitted),
+            [s + o for s, o in zip(self._queue_seconds, open_seconds, strict=True)],
+            below,
+            makespan,
+        )
         with_span = sum(self._spans.values())
         started, finished = with_span + self._spanless, len(self._jcts)
         return {
@@ -343,10 +351,10 @@ class Measures:
             "cluster_gpus": self._gpus,
             "allocated_gpu_hours": gpu_seconds / 3600.0,
             "gpu_utilisation": gpu_seconds / (self._gpus * makespan) if self._gpus and makespan else 0.0,
-            "jct": _distribution(self._jcts),
-            "queueing_delay": _distribution(self._waits),
-            "finish_time_fairness": _distribution(self._rhos, quantiles=False),
-            "jain_fairness": _jain(queues),
+            "jct": distribution(self._jcts),
+            "queueing_delay": distribution(self._waits),
+            "finish_time_fairness": distribution(self._rhos, quantiles=False),
+            "jain_fairness": jain(queues),
             "queues": queues,
             "preempted_gpu_hours_lost": self._lost["preempt"] / 3600.0,
             "node_failure_gpu_hours_lost": self._lost["lost"] / 3600.0,
@@ -360,47 +368,6 @@ class Measures:
             },
             "fragmentation": frag_area / makespan if makespan else 0.0,
         }
-
-    def _queue_summary(self, end: float, makespan: float, opened: list[float]) -> dict[str, dict[str, Any]]:
-        seconds = [s + o for s, o in zip(self._queue_seconds, opened, strict=True)]
-        total = sum(seconds)
-        demand = [i for i, n in enumerate(self._submitted) if n]
-        weights = sum(self._weight[i] for i in demand)
-        quotas = sum(self._quota[i] for i in demand)
-        out = {}
-        for i, name in enumerate(self._queue_names):
-            since = self._below_since[i]
-            below = self._below_seconds[i] + (end - since if since != _OFF else 0.0)
-            has_demand = self._submitted[i] > 0
-            out[name] = {
-                "weight": self._weight[i],
-                "quota": self._quota[i],
-                "submitted": self._submitted[i],
-                "gpu_hours": seconds[i] / 3600.0,
-                "share": seconds[i] / total if total else 0.0,
-                "weight_share": self._weight[i] / weights if has_demand and weights else 0.0,
-                "quota_share": self._quota[i] / quotas if has_demand and quotas else 0.0,
-                "below_quota_seconds": below,
-                "below_quota_fraction": below / makespan if makespan else 0.0,
-            }
-        return out
-
-
-def _distribution(values: array[float], quantiles: bool = True) -> dict[str, float | int | None]:
-    """Count, mean, then median, p95, p99 (numpy's linear interpolation between ranks), or max."""
-    keys = ("median", "p95", "p99") if quantiles else ("max",)
-    if not values:
-        return dict.fromkeys(("mean", *keys)) | {"count": 0}
-    a = np.array(values, dtype=np.float64)
-    found = np.percentile(a, [50.0, 95.0, 99.0]).tolist() if quantiles else [float(a.max())]
-    return {"count": len(a), "mean": float(a.mean()), **dict(zip(keys, found, strict=True))}
-
-
-def _jain(queues: dict[str, dict[str, Any]]) -> float | None:
-    """Jain's index over weight-normalised GPU-hours of the queues that had jobs (and a weight)."""
-    xs = [q["gpu_hours"] / q["weight"] for q in queues.values() if q["submitted"] and q["weight"] > 0]
-    squares = sum(x * x for x in xs)
-    return sum(xs) ** 2 / (len(xs) * squares) if squares else None
 
 
 _ENDED = {"fail": "failed", "cancel": "cancelled", "reject": "rejected"}
