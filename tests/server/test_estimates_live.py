@@ -49,8 +49,15 @@ def test_estimates_survive_a_restart_and_name_their_history(server: Server) -> N
             # estimate at all ("held by jobs without a time limit", no reservation)
             found = wait_for(lambda: "estimated ends" in (j := job(c, waiting))["reason"] and j, timeout=15)
             assert "GPUs are reserved for it from their estimated ends at" in found["reason"], found
+            log = events(c)
     finally:
         agent.close()
+    # the new jobs' estimates draw on the job that finished before the restart: the scheduler's
+    # (the `start` event: the estimate it queued the job with) and the API's (the job object)
+    start = next(e for e in log if e["event"] == "start" and e["job"] == running)
+    assert (start["estimate_drawn_on"], start["estimate_basis"]) == (1, "the cluster"), start
+    assert (found["estimate_drawn_on"], found["estimate_basis"]) == (1, "the cluster"), found
+    assert found["estimate"] == start["estimate"]  # one history, read back from the tables by both
 
 
 def test_a_start_event_carries_the_estimate_the_job_was_queued_with(server: Server) -> None:
@@ -102,7 +109,8 @@ def test_a_pending_and_a_running_job_carry_their_estimates(server: Server) -> No
             assert running["estimate"] is None or running["estimate_drawn_on"] == 1, running
             _start(agent, running["id"])
             waiting = submit(c, queue="research", name="eval", gpus_per_replica=4)["id"]  # 2 GPUs free
-            found = wait_for(lambda: (j := job(c, waiting))["reason_code"] == "reserved" and j, timeout=15)
+            # (the API reads newly finished jobs at most every 2 s: server/estimated.py REFRESH)
+            found = wait_for(lambda: (j := job(c, waiting))["reason_code"] == "reserved" and j["estimate"] and j, 15)
             shown = wait_for(lambda: (j := job(c, running["id"]))["estimate"] is not None and j, timeout=15)
             listed = {j["id"]: j for j in c.get("/v1/jobs", params={"state": "active"}).json()["jobs"]}
             done = job(c, first["id"])

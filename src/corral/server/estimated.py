@@ -70,13 +70,15 @@ class History:
         first = self._estimator is None
         estimator = self._estimator if self._estimator is not None else Estimator()
         j = schema.jobs
-        q = select(j.c.id, j.c.spec, j.c.end_time).where(j.c.state.in_(LEARNED_FROM), j.c.end_time.is_not(None))
+        q = select(j.c.id, j.c.spec, j.c.end_time)
+        q = q.where(j.c.state.in_(LEARNED_FROM), j.c.end_time.is_not(None))
         if first:  # the newest `limit`, learned oldest first (the estimator keeps the newest)
-            rows = list(reversed(conn.execute(q.order_by(j.c.end_time.desc()).limit(self.limit)).all()))
+            newest = conn.execute(q.order_by(j.c.end_time.desc()).limit(self.limit)).all()
+            rows: list[Any] = list(reversed(newest))
         else:
             if self._through > -math.inf:
                 q = q.where(j.c.end_time >= self._through)
-            rows = conn.execute(q.order_by(j.c.end_time)).all()
+            rows = list(conn.execute(q.order_by(j.c.end_time)).all())
             rows = [r for r in rows if r.id not in self._at_through]
         ran = _ran(conn, [r.id for r in rows])
         for r in rows:
@@ -118,7 +120,8 @@ def _attempts(conn: Connection, rows: Sequence[Any]) -> tuple[dict[str, float], 
             if r.ended_at is None:
                 started[r.job_id] = float(r.started_at)
             else:
-                before[r.job_id] = before.get(r.job_id, 0.0) + max(0.0, float(r.ended_at) - float(r.started_at))
+                ran = max(0.0, float(r.ended_at) - float(r.started_at))
+                before[r.job_id] = before.get(r.job_id, 0.0) + ran
     return before, started
 
 
