@@ -110,7 +110,7 @@ def test_a_pending_and_a_running_job_carry_their_estimates(server: Server) -> No
             _start(agent, running["id"])
             waiting = submit(c, queue="research", name="eval", gpus_per_replica=4)["id"]  # 2 GPUs free
             # (the API reads newly finished jobs at most every 2 s: server/estimated.py REFRESH)
-            found = wait_for(lambda: (j := job(c, waiting))["reason_code"] == "reserved" and j["estimate"] and j, 15)
+            found = wait_for(lambda: (j := job(c, waiting))["reserved_start"] and j["estimate"] and j, 15)
             shown = wait_for(lambda: (j := job(c, running["id"]))["estimate"] is not None and j, timeout=15)
             listed = {j["id"]: j for j in c.get("/v1/jobs", params={"state": "active"}).json()["jobs"]}
             done = job(c, first["id"])

@@ -116,9 +116,7 @@ def estimate_text(job: dict[str, Any], now: float) -> str:
     source = f"from {plural(drawn_on, 'finished job')} of {basis}" if drawn_on else basis
     end = job.get("estimated_end")
     if end is not None:
-        return (
-            f"ends about {when(end)} ({relative(end, now)}): {span(seconds)} in all, {source}; not a limit"
-        )
+        return f"ends about {when(end)} ({relative(end, now)}): {span(seconds)} in all, {source}; not a limit"
     return f"runs about {span(seconds)} ({source}); not a limit"
 
 
