@@ -103,6 +103,8 @@ def test_jobs_show_hold_release_cancel_requeue(cli: Cli) -> None:
         "USER",
         "GPUS",
         "AGE",
+        "EST.",
+        "LEFT",
         "PLACEMENT",
         "OR",
         "REASON",
@@ -155,6 +157,39 @@ def test_a_gang_of_one_gpu_replicas_prints_one_entry_per_node_and_a_pending_job_
     shown = cli.ok("show", gang).stdout
     assert "started:" not in shown and "exit code:" not in shown  # they are not the next attempt's
     assert "attempt 1:   started " in shown and ", exit code 143" in shown, shown
+    agent.close()
+
+
+def test_show_and_jobs_print_the_estimates_of_a_pending_and_a_running_job(cli: Cli) -> None:
+    """`corral show`: a pending job's estimated run time and the finished jobs it draws on, its
+    reserved start, a running job's estimated end; `corral jobs`: the EST. LEFT column."""
+    agent = FakeAgent(cli.server, "dgx01", 8, "H100-80GB")
+    agent.register()
+
+    def run(job_id: str) -> None:
+        wait_for(lambda: cli.json("show", job_id)["state"] == "starting")
+        assert agent.report(job_id, 1, "running").status_code == 200
+
+    first = cli.json("submit", "--queue", "research", "--gpus", 6, "--", "true")["id"]
+    run(first)
+    assert "estimate:" not in cli.ok("show", first).stdout  # no history yet
+    assert agent.report(first, 1, "exited", 0).status_code == 200
+    wait_for(lambda: cli.json("show", first)["state"] == "finished")
+    running = cli.json("submit", "--queue", "research", "--gpus", 6, "--time-limit", "1h", "--", "true")["id"]
+    run(running)
+    waiting = cli.json("submit", "--name", "eval", "--queue", "research", "--gpus", 4, "--", "true")["id"]
+    wait_for(lambda: (j := cli.json("show", waiting))["reserved_start"] and j["estimate"] is not None, 15)
+    pending = cli.ok("show", waiting).stdout
+    assert "reserved:    to start at " in pending and "(in 59m)" in pending, pending  # the 1 h limit's end
+    assert "estimate:    runs about " in pending, pending
+    assert "(from 1 finished job of the cluster); not a limit" in pending, pending
+    shown = wait_for(lambda: (j := cli.json("show", running))["estimate"] is not None and j, 15)
+    assert shown["estimated_end"] is not None
+    ending = cli.ok("show", running).stdout
+    assert "estimate:    ends about " in ending and "; not a limit" in ending, ending
+    assert "reserved:" not in ending
+    rows = {line.split()[0]: line for line in cli.ok("jobs").stdout.splitlines()[1:]}
+    assert " ~" in rows[waiting] and " ~" in rows[running], rows  # EST. LEFT
     agent.close()
 
 

@@ -49,8 +49,15 @@ def test_estimates_survive_a_restart_and_name_their_history(server: Server) -> N
             # estimate at all ("held by jobs without a time limit", no reservation)
             found = wait_for(lambda: "estimated ends" in (j := job(c, waiting))["reason"] and j, timeout=15)
             assert "GPUs are reserved for it from their estimated ends at" in found["reason"], found
+            log = events(c)
     finally:
         agent.close()
+    # the new jobs' estimates draw on the job that finished before the restart: the scheduler's
+    # (the `start` event: the estimate it queued the job with) and the API's (the job object)
+    start = next(e for e in log if e["event"] == "start" and e["job"] == running)
+    assert (start["estimate_drawn_on"], start["estimate_basis"]) == (1, "the cluster"), start
+    assert (found["estimate_drawn_on"], found["estimate_basis"]) == (1, "the cluster"), found
+    assert found["estimate"] == start["estimate"]  # one history, read back from the tables by both
 
 
 def test_a_start_event_carries_the_estimate_the_job_was_queued_with(server: Server) -> None:
@@ -76,3 +83,55 @@ def test_a_start_event_carries_the_estimate_the_job_was_queued_with(server: Serv
     assert ran - 0.01 <= found["estimate"] < ran + 5.0, (ran, found)
     assert found["estimate_drawn_on"] == 1  # one finished job: only the cluster level may use it
     assert found["estimate_basis"] == "the cluster"
+
+
+def test_a_pending_and_a_running_job_carry_their_estimates(server: Server) -> None:
+    """The job object (GET one, the list, the reply to a submission) carries a pending job's
+    estimated run time and what it drew on, its reserved start, and a running job's estimated end
+    (server/estimated.py); a finished job none."""
+    agent = FakeAgent(server, "dgx01", 8, "H100-80GB")
+    agent.register()
+    try:
+        with server.client() as c:
+            first = submit(c, queue="research", name="train", gpus_per_replica=6)
+            assert first["estimate"] is None and first["estimated_end"] is None  # no history yet
+            _start(agent, first["id"])
+            time.sleep(0.5)
+            assert agent.report(first["id"], 1, "exited", 0).status_code == 200
+            wait_for(lambda: job(c, first["id"])["state"] == "finished")
+            log = events(c)
+            start = next(e for e in log if e["event"] == "start" and e["job"] == first["id"])
+            finish = next(e for e in log if e["event"] == "finish" and e["job"] == first["id"])
+            ran = finish["t"] - start["t"]  # what history holds: the attempt's run time
+
+            running = submit(c, queue="research", name="train", gpus_per_replica=6, time_limit="1h")
+            # the reply to a submission already estimates (once the API has read the finished job)
+            assert running["estimate"] is None or running["estimate_drawn_on"] == 1, running
+            _start(agent, running["id"])
+            waiting = submit(c, queue="research", name="eval", gpus_per_replica=4)["id"]  # 2 GPUs free
+            # (the API reads newly finished jobs at most every 2 s: server/estimated.py REFRESH)
+            found = wait_for(lambda: (j := job(c, waiting))["reserved_start"] and j["estimate"] and j, 15)
+            shown = wait_for(lambda: (j := job(c, running["id"]))["estimate"] is not None and j, timeout=15)
+            listed = {j["id"]: j for j in c.get("/v1/jobs", params={"state": "active"}).json()["jobs"]}
+            done = job(c, first["id"])
+            log = events(c)
+    finally:
+        agent.close()
+    assert abs(found["estimate"] - ran) < 0.01, (found, ran)  # the median of one run: that run
+    assert (found["estimate_drawn_on"], found["estimate_basis"]) == (1, "the cluster")
+    assert found["estimated_end"] is None  # not running
+    # the reservation's start is its reason's time: when the running job's limit ends
+    assert found["reserved_start"] == found["reason_at"] and found["reserved_start"] is not None
+    starts = {e["job"]: e for e in log if e["event"] == "start"}
+    assert abs(found["reserved_start"] - (starts[running["id"]]["t"] + 3600)) < 1.0, found
+    begun = starts[running["id"]]["t"]
+    if shown["estimate_drawn_on"]:  # read before it ran longer than the finished job
+        assert abs(shown["estimated_end"] - (begun + ran)) < 0.01, (shown, begun, ran)
+        assert shown["estimate_basis"] == "the cluster"
+    else:  # it already ran longer: twice what it has run so far, never a limit
+        assert shown["estimated_end"] > begun + ran, shown
+    assert shown["reserved_start"] is None
+    for key in ("estimate", "estimate_drawn_on", "estimate_basis", "estimated_end", "reserved_start"):
+        assert listed[waiting][key] == found[key], key
+    assert listed[running["id"]]["estimate_basis"] == shown["estimate_basis"]
+    assert done["estimate"] is None and done["reserved_start"] is None  # a finished job: none

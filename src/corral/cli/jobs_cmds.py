@@ -62,7 +62,7 @@ def jobs(
         return
     now = time.time()
     rows = [
-        array_row(j, _shape(j[0]), age(j[0]["submit_time"], now))
+        _with_left(array_row(j, _shape(j[0]), age(j[0]["submit_time"], now)), "")
         if isinstance(j, list)
         else (
             j["id"],
@@ -72,15 +72,62 @@ def jobs(
             j["user"],
             _shape(j),
             age(j["submit_time"], now),
+            left_text(j, now),
             placement_text(j["placement"]) if j["placement"] else why_text(j),
         )
         for j in (found if expand else group(found))
     ]
     print_table(
-        ("ID", "NAME", "STATE", "QUEUE", "USER", "GPUS", "AGE", "PLACEMENT OR REASON"),
+        ("ID", "NAME", "STATE", "QUEUE", "USER", "GPUS", "AGE", "EST. LEFT", "PLACEMENT OR REASON"),
         rows,
         empty="no jobs" + ("" if all_states or state else " active (all of them: corral jobs --all)"),
     )
+
+
+def _with_left(row: tuple[str, ...], left: str) -> tuple[str, ...]:
+    return (*row[:-1], left, row[-1])
+
+
+def left_text(job: dict[str, Any], now: float) -> str:
+    """The `EST. LEFT` column: the run time history expects a job still to need, `~1h30m` (a
+    running job's, to its estimated end; a pending job's, its whole run), like squeue's TIME_LEFT
+    but estimated (server/estimated.py), never a limit; empty without an estimate."""
+    seconds = job.get("estimate")
+    if seconds is None:
+        return ""
+    end = job.get("estimated_end")
+    return "~" + span(max(0.0, end - now) if end is not None else seconds)
+
+
+def span(seconds: float) -> str:
+    """A duration as `45s`, `12m`, `2h5m`, `3d`."""
+    return age(0.0, seconds)
+
+
+def estimate_text(job: dict[str, Any], now: float) -> str:
+    """`corral show`'s estimate line: how long the job should run in all, or when it should end,
+    and the finished jobs it is estimated from; empty without an estimate."""
+    seconds = job.get("estimate")
+    if seconds is None:
+        return ""
+    from corral.core.reasons import plural, relative
+
+    drawn_on, basis = int(job.get("estimate_drawn_on") or 0), str(job.get("estimate_basis") or "")
+    source = f"from {plural(drawn_on, 'finished job')} of {basis}" if drawn_on else basis
+    end = job.get("estimated_end")
+    if end is not None:
+        return f"ends about {when(end)} ({relative(end, now)}): {span(seconds)} in all, {source}; not a limit"
+    return f"runs about {span(seconds)} ({source}); not a limit"
+
+
+def reserved_text(job: dict[str, Any], now: float) -> str:
+    """`corral show`'s line for a pending job the scheduler reserved GPUs for: when it starts."""
+    at = job.get("reserved_start")
+    if at is None:
+        return ""
+    from corral.core.reasons import relative
+
+    return f"to start at {when(at)} ({relative(at, now)})"
 
 
 def is_held(job: dict[str, Any]) -> bool:
@@ -126,11 +173,14 @@ def show(
         print_json(job)
         return
     state = job["state"] + (" (held: `corral release` it)" if is_held(job) else "")
+    now = time.time()
     print_fields(
         [
             ("job", f"{job['id']}  {job['name']}".strip()),
             ("state", state),
             ("reason", why_text(job)),
+            ("reserved", reserved_text(job, now)),
+            ("estimate", estimate_text(job, now)),
             ("queue", job["queue"]),
             ("user", job["user"]),
             ("priority", job["priority_class"]),

@@ -255,6 +255,7 @@ SERVER_FIELDS = frozenset(
         "id", "state", "user", "team", "attempt", "placement", "reason", "reason_code", "reason_at", "held",
         "priority_class", "restarts", "submit_time", "start_time", "end_time", "exit_code",
         "array_id", "array_task",
+        "estimate", "estimate_drawn_on", "estimate_basis", "estimated_end", "reserved_start",
     }
 )  # fmt: skip
 

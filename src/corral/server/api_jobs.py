@@ -16,12 +16,13 @@ from corral.server.auth import Principal
 from corral.server.caller import ctx_of, who_of
 from corral.server.context import Context
 from corral.server.errors import MAX_CURSOR, ApiError
+from corral.server.estimated import ESTIMATED, estimate_fields, new_job_fields, new_job_fields_now
 from corral.server.job_changes import change_job_state
 from corral.server.job_views import PUBLIC_EVENTS
 from corral.server.job_views import no_agents as _no_agents
 from corral.server.job_views import placements as _placements
 from corral.server.job_views import visible_job as _get
-from corral.server.jobs import ACTIVE_STATES, job_json, new_job_json, prepare
+from corral.server.jobs import ACTIVE_STATES, NO_ESTIMATE, job_json, new_job_json, prepare
 from corral.server.responses import json_response
 from corral.store import schema
 
@@ -72,7 +73,17 @@ async def submit_job(
         metrics.SUBMISSIONS.labels(str(exc.status)).inc()
         raise
     metrics.SUBMISSIONS.labels("201").inc()
-    return (new_job_json(made, prepared) if isinstance(made, str) else made), 201
+    if not isinstance(made, str):  # a job array (its own object)
+        return made, 201
+    estimate = new_job_fields_now(ctx.history, prepared.spec)
+    if estimate is None:  # newly finished jobs to read first
+        estimate = await run_in_threadpool(_new_estimate, ctx, prepared)
+    return new_job_json(made, prepared, estimate), 201
+
+
+def _new_estimate(ctx: Context, prepared: Any) -> dict[str, Any]:
+    with ctx.engines.reader.connect() as conn:
+        return new_job_fields(conn, ctx.history, prepared.spec)
 
 
 def _replayed(ctx: Context, who: Principal, job_id: str) -> dict[str, Any]:
@@ -80,8 +91,15 @@ def _replayed(ctx: Context, who: Principal, job_id: str) -> dict[str, Any]:
     found = _array_of(ctx, who, job_id)
     if found is not None:
         return found
+    return _one(ctx, who, job_id)
+
+
+def _one(ctx: Context, who: Principal, job_id: str) -> dict[str, Any]:
+    """One job's object, with its run-time estimate (server/estimated.py)."""
     row, placement = _get(ctx, who, job_id)
-    return job_json(row, placement)
+    with ctx.engines.reader.connect() as conn:
+        found = estimate_fields(conn, ctx.history, [row])
+    return job_json(row, placement, found.get(row.id))
 
 
 def _visible(who: Principal) -> Any:
@@ -119,7 +137,8 @@ def _list(
     with ctx.engines.reader.connect() as conn:
         rows = conn.execute(q).all()
         places = _placements(conn, rows)
-    return [dict(job_json(r, places.get((r.id, r.attempt))), seq=r.seq) for r in rows]
+        found = estimate_fields(conn, ctx.history, rows)
+    return [dict(job_json(r, places.get((r.id, r.attempt)), found.get(r.id)), seq=r.seq) for r in rows]
 
 
 @router.get("/jobs")
@@ -160,8 +179,7 @@ async def get_job(request: Request, job_id: str) -> Response:
     found = await run_in_threadpool(_array_of, ctx_of(request), who, job_id)
     if found is not None:  # a job array as one object: spec, cap, tasks per state
         return json_response(found)
-    row, placement = await run_in_threadpool(_get, ctx_of(request), who, job_id)
-    return json_response(job_json(row, placement))
+    return json_response(await run_in_threadpool(_one, ctx_of(request), who, job_id))
 
 
 def _array_of(ctx: Context, who: Principal, job_id: str) -> dict[str, Any] | None:
@@ -213,4 +231,16 @@ async def change_job(request: Request, job_id: str, action: str) -> Response:
     if await run_in_threadpool(_array_of, ctx, who, job_id) is not None:  # the whole array
         whole = await ctx.write(lambda conn: arrays.change_array(ctx, who, job_id, action, conn))
         return json_response(whole)
-    return json_response(await ctx.write(lambda conn: change_job_state(ctx, who, job_id, action, conn)))
+    changed = await ctx.write(lambda conn: change_job_state(ctx, who, job_id, action, conn))
+    if changed["state"] in ESTIMATED:  # held or released: its estimate, as a read gives it
+        changed.update(await run_in_threadpool(_estimate_of, ctx, who, job_id, changed["state"]))
+    return json_response(changed)
+
+
+def _estimate_of(ctx: Context, who: Principal, job_id: str, state: str) -> dict[str, Any]:
+    """The job's estimate fields while it is still in `state` (else none)."""
+    row, _ = _get(ctx, who, job_id)
+    if row.state != state:
+        return NO_ESTIMATE
+    with ctx.engines.reader.connect() as conn:
+        return estimate_fields(conn, ctx.history, [row]).get(row.id, NO_ESTIMATE)

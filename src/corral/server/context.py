@@ -19,6 +19,7 @@ from corral.core.state import ClusterState
 from corral.server.auth import TokenCache, changed_mark
 from corral.server.cluster import ClusterModel, get_setting
 from corral.server.doorbell import bell_for, doorbell_for
+from corral.server.estimated import History
 from corral.server.in_force import load_view
 from corral.server.jobs import insert_jobs
 from corral.server.node_status import NodeStatus
@@ -180,6 +181,7 @@ class Context:
         self.scheduler_bell = bell_for(["scheduler", "api"], engines)
         self.writer = Writer(engines, after_commit=self._after_commit)
         self.tokens = TokenCache(engines.reader)
+        self.history = History()  # run times of finished jobs, for the jobs' estimates (server/estimated.py)
         is_sqlite = engines.is_sqlite
         self.insert_jobs: Many = lambda conn, batch: insert_jobs(conn, batch, is_sqlite)
         self.insert_audit: Many = _insert_audit

@@ -33,6 +33,14 @@ from corral.store.engine import append_events, dumps, insert_rows
 
 LIVE_STATES = ("starting", "running", "stopping")
 ACTIVE_STATES = ("pending", *LIVE_STATES)
+# the job object's run-time estimate, where none applies (server/estimated.py fills them)
+NO_ESTIMATE: dict[str, Any] = {
+    "estimate": None,
+    "estimate_drawn_on": None,
+    "estimate_basis": None,
+    "estimated_end": None,
+    "reserved_start": None,
+}
 
 
 @dataclass(frozen=True)
@@ -187,8 +195,11 @@ def submit_event(spec: JobSpec) -> dict[str, Any]:
     return submit_line(spec, spec.submit_time)
 
 
-def job_json(row: Any, placement: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The job object of the API, `corral show --json` and `corral submit --json`."""
+def job_json(
+    row: Any, placement: list[dict[str, Any]] | None = None, estimate: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The job object of the API, `corral show --json` and `corral submit --json`; `estimate`: its
+    run-time estimate's fields (server/estimated.py; `NO_ESTIMATE` by default)."""
     spec = json.loads(row.spec)
     request = json.loads(row.request)
     return {
@@ -224,10 +235,11 @@ def job_json(row: Any, placement: list[dict[str, Any]] | None = None) -> dict[st
         "array_id": row.array_id,  # a task of a job array (server/arrays.py), else null
         "array_task": row.array_task,
         "dependency": json.loads(row.dependency)["text"] if row.dependency else "",
+        **(NO_ESTIMATE if estimate is None else estimate),
     }
 
 
-def new_job_json(job_id: str, prepared: Prepared) -> dict[str, Any]:
+def new_job_json(job_id: str, prepared: Prepared, estimate: dict[str, Any] | None = None) -> dict[str, Any]:
     """`job_json` of a job just submitted, built from what was checked (no JSON round trip)."""
     spec, request = prepared.spec, prepared.request
     return {
@@ -241,4 +253,5 @@ def new_job_json(job_id: str, prepared: Prepared) -> dict[str, Any]:
         "submit_time": spec.submit_time, "start_time": None, "end_time": None, "exit_code": None,
         "command": request["command"], "max_restarts": request["max_restarts"],
         "array_id": None, "array_task": None, "dependency": "",
+        **(NO_ESTIMATE if estimate is None else estimate),
     }  # fmt: skip

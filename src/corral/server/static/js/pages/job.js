@@ -157,6 +157,14 @@ function field(label, value) {
   return `<dt>${esc(label)}</dt><dd>${value}</dd>`;
 }
 
+/** A pending or running job's run-time estimate from history (never a limit; cli.md "Jobs"). */
+function estimateText(j) {
+  const n = j.estimate_drawn_on;
+  const source = n ? `from ${n} finished job${n === 1 ? "" : "s"} of ${j.estimate_basis}` : j.estimate_basis;
+  const end = j.estimated_end != null ? `ends about ${clock(j.estimated_end)} · ` : "";
+  return `${end}${duration(j.estimate)} in all <span class="muted">(${esc(source)}; not a limit)</span>`;
+}
+
 function render(el, j, history, first) {
   const spec = [
     field("queue", `${swatch(queueColour(j.queue))}<a href="#/jobs?queue=${encodeURIComponent(j.queue)}">${esc(j.queue)}</a>`),
@@ -166,6 +174,8 @@ function render(el, j, history, first) {
     field("GPU model", esc((j.gpu_model || []).join(", ") || "any")),
     field("topology", `pack ${esc(j.topology.pack || "tightest")}${j.topology.required ? " (required)" : ""}`),
     field("time limit", j.time_limit ? duration(j.time_limit) : "none"),
+    ...(j.estimate != null ? [field("estimate", estimateText(j))] : []),
+    ...(j.reserved_start != null ? [field("reserved", `to start at ${clock(j.reserved_start)}`)] : []),
     field("preemptible", j.preemptible ? "yes" : "no"),
     field("attempt", `${j.attempt} <span class="muted">(restarts ${j.restarts} of ${j.max_restarts})</span>`),
     field("submitted", clock(j.submit_time)),
