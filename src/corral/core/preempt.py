@@ -239,13 +239,13 @@ def _full_scan(
     )
     if not candidates:
         return NO_CANDIDATES
-    on_node = on_nodes(state, candidates, req.classes, nodes_memo)
+    on_node, held_on = on_nodes(state, candidates, req.classes, nodes_memo)
     g = max(1, req.gpus_per_replica)
     avail = state.index.avail
     owed = reserved_short(state)
     potential = {n: avail[n] for n in state.index.nodes_by_avail(0, req.classes, g, True)}
-    for node, entries in on_node.items():
-        potential[node] = avail[node] - owed.get(node, 0) + sum(gpus for _, _, gpus in entries)
+    for node, held in held_on.items():
+        potential[node] = avail[node] - owed.get(node, 0) + held
 
     whole = req.per_node  # a per-node job starts alone: every attempt on its nodes must leave
     if whole:  # so a node where some attempt may not be taken cannot hold it

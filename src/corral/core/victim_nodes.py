@@ -14,15 +14,16 @@ from corral.core.state import ClusterState
 REMEMBER_NODES = True  # False: built for every search (tests compare)
 
 OnNode = dict[int, list[tuple[int, RunningAttempt, int]]]  # node -> (rank, attempt, its GPUs there)
-# node classes -> (ranked candidates, use version, base id, their nodes): one cycle's
-NodesMemo = dict[tuple[int, ...], tuple[list[RunningAttempt], int, int, OnNode]]
+Held = dict[int, int]  # node -> the GPUs its candidates hold there, together
+# node classes -> (ranked candidates, use version, base id, their nodes, what they hold): one cycle's
+NodesMemo = dict[tuple[int, ...], tuple[list[RunningAttempt], int, int, OnNode, Held]]
 
 
 def on_nodes(
     state: ClusterState, candidates: list[RunningAttempt], classes: tuple[int, ...], memo: NodesMemo | None
-) -> OnNode:
-    """Per usable node of `classes`, its candidates in the order of `candidates` (not changed by
-    callers)."""
+) -> tuple[OnNode, Held]:
+    """Per usable node of `classes`, its candidates in the order of `candidates`, and the GPUs
+    they hold there together (neither changed by callers)."""
     if memo is not None and REMEMBER_NODES:
         found = memo.get(classes)
         if (
@@ -31,7 +32,7 @@ def on_nodes(
             and found[1] == state.use_version
             and found[2] == state.base_id
         ):
-            return found[3]
+            return found[3], found[4]
     allowed = set(classes)
     node_class, is_schedulable = state.node_class, state.is_schedulable
     usable: dict[int, bool] = {}  # node -> of an allowed class and schedulable
@@ -55,6 +56,7 @@ def on_nodes(
                 ok_node = usable[node] = node_class[node] in allowed and is_schedulable(node)
             if ok_node:
                 on_node.setdefault(node, []).append((i, a, gpus))
+    held = {node: sum(gpus for _, _, gpus in entries) for node, entries in on_node.items()}
     if memo is not None and REMEMBER_NODES:
-        memo[classes] = (candidates, state.use_version, state.base_id, on_node)
-    return on_node
+        memo[classes] = (candidates, state.use_version, state.base_id, on_node, held)
+    return on_node, held
