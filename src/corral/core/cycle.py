@@ -14,13 +14,14 @@ from collections.abc import Hashable
 
 from corral.core import aging, order, repeats, reserve
 from corral.core import reasons as why_text
+from corral.core.capacity_reasons import CapacityReasons
 from corral.core.decisions import CycleResult, Reason, Reserve, Start, Why
 from corral.core.estimated_holds import ESTIMATES_KEPT, confident, estimated_hold
 from corral.core.fairshare import advance_usage, note_reclaiming
 from corral.core.families import ADMISSION, CAPACITY, Epoch, Verdict
 from corral.core.jobs import PartOf, PendingJob
 from corral.core.model import JobId, Placement, QueueName
-from corral.core.placement import Miss, NodeMask, Request, place, sure_miss, to_placement
+from corral.core.placement import NodeMask, Request, place, sure_miss, to_placement
 from corral.core.plugins import Profile
 from corral.core.preemption import Preemption
 from corral.core.rejections import reject_never_fitting
@@ -54,6 +55,7 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
 
 
 _OWN_BUDGET = (Why.LIMIT, Why.QUOTA, Why.COHORT)  # admission reasons that the queue's own jobs cause
+SKIP_VAIN_BACKFILL = True  # False: every backfill attempt is made (tests compare: `_backfill`)
 _DEFERRED = "; preemption deferred to a later cycle (per-cycle cap reached)"
 
 
@@ -75,16 +77,13 @@ class _Cycle:
         # a walk records the jobs it passes lazily (`repeats.Walk.first_blocked`)
         self.blocked: dict[Hashable, Reason] = {}
         self.walk_of: dict[QueueName, repeats.Walk] = {}
-        self.ends: tuple[Epoch, float | None] | None = None  # see `backfill_end`
+        self.ends: tuple[tuple[int, int, bool, int], float | None] | None = None  # see `backfill_end`
         # (blocked shape, preemptible) -> (queues' use version, reason): while no queue's counted
         # GPUs change, admission answers jobs of one shape alike, so a repeat skips it too
         self.verdicts: dict[int, tuple[int, Reason]] = {}  # keyed by `PendingJob.verdict_key`
         self.started: dict[QueueName, list[JobId]] = {}
         self.preemption = Preemption()
-        # per node classes: (reservations, their nodes) and ((reservations, node version), GPUs)
-        self.reserved_memo: dict[tuple[int, ...], tuple[int, list[tuple[str, float, tuple[int, ...]]]]] = {}
-        self.held_free_memo: dict[tuple[int, ...], tuple[tuple[int, int], int]] = {}
-        self.sentences = why_text.Sentences(state, now)
+        self.why = CapacityReasons(state, now, self.reservations)  # capacity sentences
 
     def run(self) -> None:
         order.run(self)
@@ -139,7 +138,7 @@ class _Cycle:
             outcome = self.preemption.preempt(self, job, req)
             if outcome is not None:
                 return outcome  # started at once, or nominated and waiting for its victims
-        why = self._capacity(job, req, placed)
+        why = self.why.reason(job, req, placed, self.reservation_gen)
         if self.profile.victims is not None:
             why = self.preemption.protected(self, job, why, self.profile.victims)
             if self.preemption.deferred:
@@ -205,7 +204,7 @@ class _Cycle:
         placed = sure_miss(state, req)  # what `place` answers, known without touching the index
         if placed is None:
             return None
-        why = self._capacity(job, req, placed, why_text.RUNS)
+        why = self.why.reason(job, req, placed, self.reservation_gen, why_text.RUNS)
         if victims is not None:
             found = self.preemption.unchanged_protected(self, job, why, victims)
             if found is None:
@@ -243,10 +242,11 @@ class _Cycle:
         later changes what some node offers (None: none does). A job that ends after S and whose
         placement misses is tried for backfill (`_backfill`) in vain and without a trace: what it
         lifts changes nothing, so it misses again. Changes nothing itself."""
-        epoch = self.epoch()
+        epoch = (*self.epoch(), self.state.base_id)  # (the base id: no node changed either)
         if self.ends is not None and self.ends[0] == epoch:
             return self.ends[1]
         state, found = self.state, None
+        free, reserved, avail = state.free_count, state.reserved, state.index.avail
         by_start = sorted(self.reservations, key=lambda r: -r.start)
         lifted: dict[int, int] = {}
         i = 0
@@ -256,8 +256,11 @@ class _Cycle:
                 for node, gpus in by_start[i].capacity:
                     lifted[node] = lifted.get(node, 0) + gpus
                 i += 1
-            if any(state.available_lifting(n, gpus) != state.index.avail[n] for n, gpus in lifted.items()):
-                found = start
+            for n, gpus in lifted.items():  # `available_lifting` from the free counts
+                offers = free[n] - reserved[n] + gpus if state.is_schedulable(n) else 0
+                if (offers if offers > 0 else 0) != avail[n]:
+                    found = start
+                    break
         self.ends = (epoch, found)
         return found
 
@@ -285,6 +288,10 @@ class _Cycle:
         """Start a job that ends before every reservation it would touch (EASY backfill)."""
         state = self.state
         ends_by = self.now + (job.spec.time_limit or 0.0)
+        if SKIP_VAIN_BACKFILL:
+            end = self.backfill_end()
+            if end is None or ends_by > end:
+                return False  # what it would lift changes nothing: it would miss again, leaving no trace
         lifted = [r for r in self.reservations if r.start >= ends_by]
         if not lifted or reserve.misses_lifted(state, req, lifted, job.avoid_nodes):
             return False
@@ -298,46 +305,6 @@ class _Cycle:
             reserve.hold(state, r)
         self.start_job(job, placed, backfilled=True)
         return True
-
-    def _capacity(self, job: PendingJob, req: Request, placed: Miss, runs: str | None = None) -> Reason:
-        """Why the job does not fit now (`reasons.capacity`; `runs`: see there)."""
-        limit = job.spec.time_limit
-        ends_by = None if limit is None else self.now + limit
-        held = self._reserved_for(req)
-        if not held:
-            return self.sentences.capacity(req, placed, held, self.reservation_gen, ends_by)
-        return self.sentences.capacity(
-            req, placed, held, self.reservation_gen, ends_by, self._held_free, runs
-        )
-
-    def _reserved_for(self, req: Request) -> list[tuple[str, float, tuple[int, ...]]]:
-        """(job, start, nodes) of this cycle's reservations on nodes the gang may use, earliest
-        first (remembered per classes: reservations are only added during a cycle)."""
-        if not self.reservations:
-            return []
-        known = self.reserved_memo.get(req.classes)
-        if known is not None and known[0] == self.reservation_gen:
-            return known[1]
-        allowed, node_class = set(req.classes), self.state.node_class
-        held = [
-            (r.job, r.start, tuple(n for n, _ in r.capacity if node_class[n] in allowed))
-            for r in self.reservations
-        ]
-        found = sorted(h for h in held if h[2])
-        self.reserved_memo[req.classes] = (self.reservation_gen, found)
-        return found
-
-    def _held_free(self, req: Request, held: why_text.Reservations) -> int:
-        """`reasons.held_free_gpus`, remembered per classes while neither the reservations nor
-        the state apart from reserved GPUs changes (the base id: a tried backfill gives it back;
-        outside one, the reserved GPUs are the reservations')."""
-        key = (self.reservation_gen, self.state.base_id)
-        known = self.held_free_memo.get(req.classes)
-        if known is not None and known[0] == key:
-            return known[1]
-        found = why_text.held_free_gpus(self.state, req, held)
-        self.held_free_memo[req.classes] = (key, found)
-        return found
 
     def _reserve(self, job: PendingJob, req: Request, why: Reason) -> Reason:
         """Reserve capacity for the first capacity-blocked job of its queue; the reason it waits."""

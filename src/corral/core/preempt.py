@@ -28,6 +28,7 @@ from corral.core.placement import NodeMask, Request, place
 from corral.core.plugins import VictimFilter, Victims
 from corral.core.reserved_victims import kept_for_reservations, reserved_short
 from corral.core.state import ClusterState
+from corral.core.victim_nodes import NodesMemo, on_nodes
 
 
 class Miss(Enum):
@@ -59,9 +60,11 @@ def select_victims(
     req: Request,
     now: float,
     memo: Ranked | None = None,
+    nodes_memo: NodesMemo | None = None,
 ) -> Selection | Miss | None:
     """Choose victims for `job`; None when no eligible set frees one placement, NO_CANDIDATES when
-    no running attempt can be a victim at all. `memo`: the cycle's rankings (`ranked_candidates`)."""
+    no running attempt can be a victim at all. `memo`: the cycle's rankings (`ranked_candidates`);
+    `nodes_memo`: where their candidates are (`victim_nodes.on_nodes`)."""
     ok = eligible_groups(state, plugin, job, now)
     if not ok:
         return NO_CANDIDATES  # `group_eligible` is an upper bound: no attempt of any group qualifies
@@ -70,7 +73,7 @@ def select_victims(
         fast = _by_aggregates(state, plugin, job, req, now, ok, few)
         if fast is not _RETRY:
             return fast
-    return _full_scan(state, plugin, job, req, now, ok, memo, few)
+    return _full_scan(state, plugin, job, req, now, ok, memo, few, nodes_memo)
 
 
 def eligible_groups(state: ClusterState, plugin: VictimFilter, job: PendingJob, now: float) -> set[Group]:
@@ -222,6 +225,7 @@ def _full_scan(
     ok: set[Group] | None = None,
     memo: Ranked | None = None,
     few: Narrowed | None = None,
+    nodes_memo: NodesMemo | None = None,
 ) -> Selection | Miss | None:
     """The exact path: every attempt of an eligible group (of a narrowed group, its attempts in
     `few`) is checked and ranked by the plugin.
@@ -235,36 +239,13 @@ def _full_scan(
     )
     if not candidates:
         return NO_CANDIDATES
-    allowed = set(req.classes)
-    node_class, is_schedulable = state.node_class, state.is_schedulable
-    usable: dict[int, bool] = {}  # node -> of an allowed class and schedulable
-    # per usable node, its candidates in victim order: (rank, attempt, GPUs it holds there)
-    on_node: dict[int, list[tuple[int, RunningAttempt, int]]] = {}
-    for i, a in enumerate(candidates):
-        placement = a.placement
-        if len(placement) == 1:
-            node, mask = placement[0]
-            ok_node = usable.get(node)
-            if ok_node is None:
-                ok_node = usable[node] = node_class[node] in allowed and is_schedulable(node)
-            if ok_node:
-                on_node.setdefault(node, []).append((i, a, mask.bit_count()))
-            continue
-        per_node: dict[int, int] = {}
-        for node, mask in placement:
-            per_node[node] = per_node.get(node, 0) + mask.bit_count()
-        for node, gpus in per_node.items():
-            ok_node = usable.get(node)
-            if ok_node is None:
-                ok_node = usable[node] = node_class[node] in allowed and is_schedulable(node)
-            if ok_node:
-                on_node.setdefault(node, []).append((i, a, gpus))
+    on_node, held_on = on_nodes(state, candidates, req.classes, nodes_memo)
     g = max(1, req.gpus_per_replica)
     avail = state.index.avail
     owed = reserved_short(state)
     potential = {n: avail[n] for n in state.index.nodes_by_avail(0, req.classes, g, True)}
-    for node, entries in on_node.items():
-        potential[node] = avail[node] - owed.get(node, 0) + sum(gpus for _, _, gpus in entries)
+    for node, held in held_on.items():
+        potential[node] = avail[node] - owed.get(node, 0) + held
 
     whole = req.per_node  # a per-node job starts alone: every attempt on its nodes must leave
     if whole:  # so a node where some attempt may not be taken cannot hold it

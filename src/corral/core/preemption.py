@@ -23,6 +23,7 @@ from corral.core.plugins import Profile, Victims
 from corral.core.preempt import NO_CANDIDATES, Miss, Ranked, Selection, ranked_candidates, select_victims
 from corral.core.same_queue import SameQueue
 from corral.core.state import ClusterState
+from corral.core.victim_nodes import NodesMemo
 
 REMEMBER = True  # False: every search, ranking and protection end computed anew (tests compare)
 
@@ -66,6 +67,7 @@ class Preemption:
         self.protection: dict[Group, float] | None = None  # per group, when its first protection ends
         self.until: dict[Hashable, tuple[int, float | None]] = {}  # see `_until`
         self.ranked: Ranked = {}  # the cycle's rankings of candidates (`preempt.ranked_candidates`)
+        self.on_nodes: NodesMemo = {}  # where their candidates are (`victim_nodes.on_nodes`)
         # (preemptor key, family, nodes avoided) -> (the cycle's epoch, no candidates at all): a
         # search that found nothing, answered again while the epoch holds (no start, preemption,
         # nomination or reservation since: the search reads only the state and those)
@@ -115,7 +117,7 @@ class Preemption:
     def _search(self, host: Host, plugin: Victims, job: PendingJob, req: Request) -> bool | Miss | None:
         """`preempt`'s search: NO_CANDIDATES or None when it found nothing (changing nothing)."""
         state = host.state
-        selection = select_victims(state, plugin, job, req, host.now, self._ranked())
+        selection = select_victims(state, plugin, job, req, host.now, self._ranked(), self._nodes())
         if selection is NO_CANDIDATES:
             _none_up_to(self.no_victims, job)
             return NO_CANDIDATES
@@ -125,7 +127,8 @@ class Preemption:
         if (
             refused
         ):  # the set mixes queues in a way reclaim forbids: its own queue's lower classes may still do
-            selection = select_victims(state, SameQueue(plugin), job, req, host.now, self._ranked())
+            same = SameQueue(plugin)
+            selection = select_victims(state, same, job, req, host.now, self._ranked(), self._nodes())
         if not isinstance(selection, Selection) or not selection.victims:
             return None
         if not plugin.permit(job, selection.victims, state, host.now):
@@ -148,7 +151,8 @@ class Preemption:
         if not ranked:
             _none_up_to(self.no_budget_victims, job)
             return None
-        selection = select_victims(state, narrowed, job, host.request(job), now, self._ranked())
+        req = host.request(job)
+        selection = select_victims(state, narrowed, job, req, now, self._ranked(), self._nodes())
         if not isinstance(selection, Selection):
             return None  # even its queue's lower classes do not free a placement for it
         victims = list(selection.victims)
@@ -185,6 +189,9 @@ class Preemption:
 
     def _ranked(self) -> Ranked | None:
         return self.ranked if REMEMBER else None
+
+    def _nodes(self) -> NodesMemo | None:
+        return self.on_nodes if REMEMBER else None
 
     def _nominate(
         self, host: Host, job: PendingJob, placed: list[NodeMask], victims: list[RunningAttempt], why: str

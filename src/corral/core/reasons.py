@@ -234,9 +234,8 @@ def held_free_gpus(
     GPUs still in use: only its free ones count here)."""
     allowed = set(req.classes)
     nodes = {n for _, _, held in reservations for n in held if state.node_class[n] in allowed}
-    return sum(
-        min(state.reserved[n], state.free_mask(n).bit_count()) for n in nodes if state.is_schedulable(n)
-    )
+    reserved, free = state.reserved, state.free_count  # (`free_count[n]`: `free_mask(n)`'s GPUs)
+    return sum(min(reserved[n], free[n]) for n in nodes if state.is_schedulable(n))
 
 
 def _most_on_one_node(state: ClusterState, req: Request) -> int:
