@@ -35,6 +35,11 @@ class AttemptTable(NodeTable):
         self.estimates_used_at = 0.0
         self._start_seq = 0
         self.min_runtime_by_value: dict[int, float] = {}  # per priority value (`ClusterState` fills it)
+        # per node, the `by_end` keys of the attempts placed on it, sorted (a key once per replica
+        # there); and (end, seq, job, node) of every node's last key, sorted: the order in which
+        # nodes are wholly released as attempts end (`first_release.whole_nodes`)
+        self.node_ends: dict[int, list[tuple[float, int, JobId]]] = {}
+        self.last_ends: list[tuple[float, int, JobId, int]] = []
 
     def _add_running(self, attempt: RunningAttempt) -> None:
         job_id = attempt.job.spec.id
@@ -44,7 +49,7 @@ class AttemptTable(NodeTable):
         self.occupancy.add(attempt, self.min_runtime(attempt))
         self._start_seq += 1
         attempt.end_key = (attempt.expected_end, self._start_seq, job_id)
-        insort(self.by_end, attempt.end_key)
+        self._add_end_key(attempt)
         if self.estimating and attempt.limit_end == NO_END:
             self._estimate_end(attempt, attempt.start)
         before = self.base_id
@@ -68,9 +73,45 @@ class AttemptTable(NodeTable):
     def _drop_end_key(self, attempt: RunningAttempt) -> None:
         key = attempt.end_key
         i = bisect_left(self.by_end, key) if key is not None else len(self.by_end)
-        if i >= len(self.by_end) or self.by_end[i] != key:
+        if key is None or i >= len(self.by_end) or self.by_end[i] != key:
             raise InvariantError(f"attempt of {attempt.spec.id} missing from the end-time order")
         del self.by_end[i]
+        self._index_end(attempt, key, False)
+
+    def _add_end_key(self, attempt: RunningAttempt) -> None:
+        """Enter an attempt's `end_key` in `by_end` (and its nodes' ends)."""
+        key = attempt.end_key
+        assert key is not None
+        insort(self.by_end, key)
+        self._index_end(attempt, key, True)
+
+    def _index_end(self, attempt: RunningAttempt, key: tuple[float, int, JobId], add: bool) -> None:
+        """Add or remove an end key in the ends of the attempt's nodes (`node_ends`, `last_ends`)."""
+        node_ends, last_ends = self.node_ends, self.last_ends
+        for node, _ in attempt.placement:
+            keys = node_ends.get(node)
+            if keys is None:
+                if not add:
+                    raise InvariantError(f"attempt of {attempt.spec.id} missing from its nodes' ends")
+                node_ends[node] = [key]
+                insort(last_ends, (key[0], key[1], key[2], node))
+                continue
+            old = keys[-1]
+            if add:
+                insort(keys, key)
+            else:
+                i = bisect_left(keys, key)
+                if i >= len(keys) or keys[i] != key:
+                    raise InvariantError(f"attempt of {attempt.spec.id} missing from its nodes' ends")
+                del keys[i]
+            if keys and keys[-1] == old:
+                continue  # the node's last end stands
+            del last_ends[bisect_left(last_ends, (old[0], old[1], old[2], node))]
+            if keys:
+                new = keys[-1]
+                insort(last_ends, (new[0], new[1], new[2], node))
+            else:
+                del node_ends[node]
 
     def record_checkpoint(self, job_id: JobId, when: float) -> None:
         attempt = self.running[job_id]

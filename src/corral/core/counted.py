@@ -36,10 +36,18 @@ def countable(req: Request) -> bool:
     )
 
 
-def place_counts(state: ClusterState, req: Request, avail: dict[int, int]) -> list[tuple[int, int]] | None:
+class NeedsAll(Exception):
+    """`place_counts(..., whole=True)` cannot tell: domains are compared by their free GPUs."""
+
+
+def place_counts(
+    state: ClusterState, req: Request, avail: dict[int, int], whole: bool = False
+) -> list[tuple[int, int]] | None:
     """(node, GPUs) where `place` puts a countable gang were the nodes of `avail` (of the
     request's classes; others are read from the index) at those available counts; None if
-    nowhere."""
+    nowhere. `whole`: `avail` holds only the changed nodes at `g` GPUs or more (the others
+    changed too, but stay under `g`): the answer depends on them only where two domains that
+    hold the gang are compared (by their free GPUs), and `NeedsAll` is raised then."""
     view = _View(state, req, avail)
     reps, classes = req.replicas, req.classes
     node = view.best_fit(0, req.single_group, req.gpus) if req.single_group else -1
@@ -56,15 +64,18 @@ def place_counts(state: ClusterState, req: Request, avail: dict[int, int]) -> li
     n_spans = len(topo.span_names)
     for span in range(2, min(req.max_span, n_spans - 1) + 1):
         depth = topo.depth_of_span(span)
-        best: tuple[int, int, int] | None = None
-        for dom in view.candidates(topo.by_depth[depth], depth, classes, reps):
-            if view.replicas(dom, classes) < reps:
-                continue
-            key = (view.nodes_needed(dom, classes, reps), view.free(dom, depth, classes) - req.gpus, dom)
-            if best is None or key < best:
-                best = key
-        if best is not None:
-            placed = view.fill(best[2], req)
+        doms = view.candidates(topo.by_depth[depth], depth, classes, reps)
+        holding = [dom for dom in doms if view.replicas(dom, classes) >= reps]
+        if len(holding) > 1:  # (the best key; one domain is taken without its key)
+            if whole:
+                raise NeedsAll
+            best = min(
+                (view.nodes_needed(dom, classes, reps), view.free(dom, depth, classes) - req.gpus, dom)
+                for dom in holding
+            )
+            holding = [best[2]]
+        if holding:
+            placed = view.fill(holding[0], req)
             if placed is not None:
                 return placed
     if req.max_span < n_spans - 1:

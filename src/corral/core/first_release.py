@@ -3,15 +3,20 @@
 
 Running attempts are released in order of expected end, counted outside the state (the
 available GPUs per node as `NodeTable` counts them, and the replicas per domain the gang may
-use); nothing fits before the first release after which some such domain has replicas enough.
+use); nothing fits before the first release after which some such domain has replicas enough
+(`first_possible`). A gang of whole nodes (replicas of all a node's GPUs) that may spread over
+the cluster gains a replica only where a node is wholly released: `WholeNodes` reads the nodes
+in the order of their last attempts' ends (`AttemptTable.last_ends`) instead of walking the
+attempts (`tests/core/test_whole_nodes.py` compares the two).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 
 from corral.core.counted import ReleaseCounts
-from corral.core.model import JobId, NodeState
+from corral.core.model import INFINITY, JobId, NodeState
 from corral.core.placement import Request
 from corral.core.state import ClusterState
 
@@ -98,3 +103,84 @@ def first_possible(
                 return i, frozenset(reached), out, counted
             return i, frozenset(n for dom in reached for n in topo.domains[dom].nodes), out, counted
     return None, None, None, None
+
+
+class WholeNodes:
+    """For a countable gang whose replicas take all the GPUs of a node of any of its classes and
+    that may spread over the cluster (`applies`): the first release after which the cluster has
+    replicas enough (`first`), and the nodes at `g` GPUs or more after a release (`avail`), read
+    from the nodes wholly released by then. A node not wholly released stays under `g`, and a
+    wholly released node has what it would have after the walk of `first_possible` (its
+    allocated GPUs are those of its attempts), so `first` is that walk's, and `avail` what
+    `counted.place_counts(..., whole=True)` needs."""
+
+    __slots__ = ("allowed", "ends", "g", "req", "state", "wholly")
+
+    def __init__(self, state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]]) -> None:
+        self.state, self.req, self.ends = state, req, ends  # (`ends`: the finite prefix of `by_end`)
+        self.g = req.gpus_per_replica
+        self.allowed = set(req.classes)
+        self.wholly: dict[int, int] = {}  # node -> its available GPUs once wholly released
+
+    @staticmethod
+    def applies(state: ClusterState, req: Request) -> bool:
+        """Whether the gang is one of whole nodes that may spread over the cluster (countable)."""
+        g, class_gpus = req.gpus_per_replica, state.index.class_gpus
+        return (
+            req.max_span > 1
+            and req.max_span >= len(state.topology.span_names) - 1
+            and all(class_gpus[cls] == g for cls in req.classes)
+        )
+
+    def _free(self, node: int) -> int:
+        """The node's available GPUs once all its attempts are released (as `first_possible`)."""
+        known = self.wholly.get(node)
+        if known is not None:
+            return known
+        state = self.state
+        new = 0
+        if state.node_state[node] is NodeState.UP:
+            freed, exclusive, running = 0, False, state.running
+            for _, _, job_id in state.node_ends[node]:
+                attempt = running[job_id]
+                exclusive = exclusive or attempt.exclusive
+                for where, mask in attempt.placement:
+                    if where == node:
+                        freed |= mask
+            if exclusive or not state.exclusive[node]:
+                left = state.alloc[node] & ~freed
+                free = state.healthy[node] & ~left & ~state.held[node]
+                new = max(0, free.bit_count() - state.reserved[node])
+        self.wholly[node] = new
+        return new
+
+    def first(self) -> int | None:
+        """`first_possible`'s first release for this gang; None if never."""
+        state, g, allowed = self.state, self.g, self.allowed
+        needed = self.req.replicas - state.index.capacity(0, self.req.classes, g)[0]
+        if needed <= 0:
+            return 0
+        node_class, base = state.node_class, state.index.avail
+        for end, seq, job_id, node in state.last_ends:
+            if end >= INFINITY:
+                return None  # (an attempt without an end: never released)
+            if node_class[node] in allowed and base[node] < g and self._free(node) >= g:
+                needed -= 1
+                if needed == 0:
+                    return bisect_left(self.ends, (end, seq, job_id))
+        return None
+
+    def avail(self, last: int) -> dict[int, int]:
+        """The nodes of the gang's classes at `g` GPUs or more after the releases up to `last`
+        that changed (their available GPUs then)."""
+        state, g, allowed = self.state, self.g, self.allowed
+        node_class, base, key = state.node_class, state.index.avail, self.ends[last]
+        out: dict[int, int] = {}
+        for end, seq, job_id, node in state.last_ends:
+            if (end, seq, job_id) > key:
+                break
+            if node_class[node] in allowed and base[node] < g:
+                new = self._free(node)
+                if new >= g:
+                    out[node] = new
+        return out

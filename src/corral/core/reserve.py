@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from heapq import merge
 
-from corral.core.counted import ReleaseCounts, countable, place_counts
+from corral.core.counted import NeedsAll, ReleaseCounts, countable, place_counts
 from corral.core.estimates import Estimate
-from corral.core.first_release import first_possible
+from corral.core.first_release import WholeNodes, first_possible
 from corral.core.model import INFINITY, JobId
 from corral.core.placement import Request, place
 from corral.core.state import ClusterState
@@ -31,6 +31,7 @@ class Reservation:
 
 _MEMO_SIZE = 4096  # requests remembered at most (the memory is emptied when full)
 REMEMBER = True  # bench/replay_hashes.py --search-again turns the memory off (interpreted) to compare
+WHOLE_NODES = True  # tests turn the search by wholly released nodes off to compare it with the walk
 
 
 def earliest_fit(
@@ -83,6 +84,7 @@ def _earliest_fit(
     release after which it fits: O(log n) placements, not one per release. (Where placing is not
     monotone in releases, the answer depends on where the galloping starts.)
     """
+    whole = ends is None and WHOLE_NODES
     if ends is None:
         ends, n = state.by_end, bisect_left(state.by_end, (INFINITY,))  # attempts without an end last
         ends = ends if n == len(ends) else ends[:n]  # (not copied when all have one: the search keeps it)
@@ -92,6 +94,11 @@ def _earliest_fit(
     if req.gpus_per_replica == 0:
         return _search(state, req, now, ends, 0, _releases(state, [ends[0][2]]))
     counted = countable(req)
+    if whole and counted and WholeNodes.applies(state, req):
+        try:
+            return _whole_nodes(state, req, now, ends)
+        except NeedsAll:
+            pass  # (domains compared by free GPUs: the walk counts every node)
     first, where, releases, counts = first_possible(state, req, ends, not counted)
     if first is None:
         return None  # even once every attempt with an end has ended, no domain has GPUs enough
@@ -144,6 +151,18 @@ def _counted(
         return place_counts(state, req, counts.avail)
 
     return _gallop(fits_after, ends, now, first)
+
+
+def _whole_nodes(
+    state: ClusterState, req: Request, now: float, ends: Sequence[tuple[float, int, JobId]]
+) -> Reservation | None:
+    """`_counted` for a gang of whole nodes that may spread over the cluster: the first release
+    and the nodes it may take read from the nodes wholly released (`first_release.WholeNodes`)."""
+    nodes = WholeNodes(state, req, ends)
+    first = nodes.first()
+    if first is None:
+        return None
+    return _gallop(lambda last: place_counts(state, req, nodes.avail(last), whole=True), ends, now, first)
 
 
 def _placed_counts(state: ClusterState, req: Request) -> list[tuple[int, int]] | None:

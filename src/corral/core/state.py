@@ -312,7 +312,7 @@ class ClusterState(AttemptTable):
         self._new_id()
         self._start_seq += 1
         attempt.end_key = (attempt.expected_end, self._start_seq, job_id)
-        insort(self.by_end, attempt.end_key)
+        self._add_end_key(attempt)
 
     # ---- nominations -------------------------------------------------------------------
     def nominate(
