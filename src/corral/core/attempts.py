@@ -35,9 +35,10 @@ class AttemptTable(NodeTable):
         self.estimates_used_at = 0.0
         self._start_seq = 0
         self.min_runtime_by_value: dict[int, float] = {}  # per priority value (`ClusterState` fills it)
-        # per node, the `by_end` keys of the attempts placed on it, sorted (a key once per replica
-        # there); and (end, seq, job, node) of every node's last key, sorted: the order in which
-        # nodes are wholly released as attempts end (`first_release.whole_nodes`)
+        # per node, the `by_end` keys of the attempts that hold GPUs of it or the whole node, sorted
+        # (a key once per replica there); and (end, seq, job, node) of every node's last key,
+        # sorted: the order in which nodes are wholly released as attempts end
+        # (`first_release.WholeNodes`)
         self.node_ends: dict[int, list[tuple[float, int, JobId]]] = {}
         self.last_ends: list[tuple[float, int, JobId, int]] = []
 
@@ -88,7 +89,10 @@ class AttemptTable(NodeTable):
     def _index_end(self, attempt: RunningAttempt, key: tuple[float, int, JobId], add: bool) -> None:
         """Add or remove an end key in the ends of the attempt's nodes (`node_ends`, `last_ends`)."""
         node_ends, last_ends = self.node_ends, self.last_ends
-        for node, _ in attempt.placement:
+        exclusive = attempt.exclusive
+        for node, mask in attempt.placement:
+            if not mask and not exclusive:
+                continue  # (nothing of the node's that it frees)
             keys = node_ends.get(node)
             if keys is None:
                 if not add:

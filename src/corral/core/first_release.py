@@ -15,7 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
-from corral.core.counted import ReleaseCounts
+from corral.core.counted import NeedsAll, ReleaseCounts
 from corral.core.model import INFINITY, JobId, NodeState
 from corral.core.placement import Request
 from corral.core.state import ClusterState
@@ -109,10 +109,11 @@ class WholeNodes:
     """For a countable gang whose replicas take all the GPUs of a node of any of its classes and
     that may spread over the cluster (`applies`): the first release after which the cluster has
     replicas enough (`first`), and the nodes at `g` GPUs or more after a release (`avail`), read
-    from the nodes wholly released by then. A node not wholly released stays under `g`, and a
-    wholly released node has what it would have after the walk of `first_possible` (its
-    allocated GPUs are those of its attempts), so `first` is that walk's, and `avail` what
-    `counted.place_counts(..., whole=True)` needs."""
+    from the nodes wholly released by then (every attempt that holds GPUs of the node, or the
+    whole node, ended). A node not wholly released stays under `g`, and a wholly released node
+    has what it would have after the walk of `first_possible` (its allocated GPUs are those of
+    its attempts; a node with two whole-node attempts raises `NeedsAll`), so `first` is that
+    walk's, and `avail` what `counted.place_counts(..., whole=True)` needs."""
 
     __slots__ = ("allowed", "ends", "g", "req", "state", "wholly")
 
@@ -140,13 +141,15 @@ class WholeNodes:
         state = self.state
         new = 0
         if state.node_state[node] is NodeState.UP:
-            freed, exclusive, running = 0, False, state.running
+            freed, exclusive, running = 0, 0, state.running
             for _, _, job_id in state.node_ends[node]:
                 attempt = running[job_id]
-                exclusive = exclusive or attempt.exclusive
+                exclusive += attempt.exclusive
                 for where, mask in attempt.placement:
                     if where == node:
                         freed |= mask
+            if exclusive > 1:
+                raise NeedsAll  # (the first of them to end frees the node: the walk decides)
             if exclusive or not state.exclusive[node]:
                 left = state.alloc[node] & ~freed
                 free = state.healthy[node] & ~left & ~state.held[node]

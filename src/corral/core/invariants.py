@@ -43,8 +43,9 @@ def check(state: ClusterState) -> None:
     for attempt in state.running.values():
         key = attempt.end_key
         if key is not None:
-            for node, _ in attempt.placement:
-                ends.setdefault(node, []).append(key)
+            for node, mask in attempt.placement:
+                if mask or attempt.exclusive:
+                    ends.setdefault(node, []).append(key)
     for keys in ends.values():
         keys.sort()
     lasts = sorted((k[-1][0], k[-1][1], k[-1][2], node) for node, k in ends.items())
