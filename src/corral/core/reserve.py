@@ -273,16 +273,14 @@ def _gallop(
 
 def hold(state: ClusterState, reservation: Reservation) -> None:
     """Subtract a reservation's GPUs from what the index offers (through the plan)."""
-    for node, gpus in reservation.capacity:
-        state.set_reserved(node, state.reserved[node] + gpus)
+    state.add_reserved(reservation.capacity, 1)
 
 
 def lift(state: ClusterState, reservations: list[Reservation], ends_by: float) -> None:
     """Give back (through the plan) the reservations that start at or after `ends_by`."""
     for r in reservations:
         if r.start >= ends_by:
-            for node, gpus in r.capacity:
-                state.set_reserved(node, state.reserved[node] - gpus)
+            state.add_reserved(r.capacity, -1)
 
 
 def misses_lifted(
