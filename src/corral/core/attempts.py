@@ -41,6 +41,8 @@ class AttemptTable(NodeTable):
         # (`first_release.WholeNodes`)
         self.node_ends: dict[int, list[tuple[float, int, JobId]]] = {}
         self.last_ends: list[tuple[float, int, JobId, int]] = []
+        # per node of `node_ends`: the GPUs its attempts there hold, and how many hold it whole
+        self.node_freed: dict[int, tuple[int, int]] = {}
 
     def _add_running(self, attempt: RunningAttempt) -> None:
         job_id = attempt.job.spec.id
@@ -88,11 +90,16 @@ class AttemptTable(NodeTable):
 
     def _index_end(self, attempt: RunningAttempt, key: tuple[float, int, JobId], add: bool) -> None:
         """Add or remove an end key in the ends of the attempt's nodes (`node_ends`, `last_ends`)."""
-        node_ends, last_ends = self.node_ends, self.last_ends
+        node_ends, last_ends, node_freed = self.node_ends, self.last_ends, self.node_freed
         exclusive = attempt.exclusive
         for node, mask in attempt.placement:
             if not mask and not exclusive:
                 continue  # (nothing of the node's that it frees)
+            masks, whole = node_freed.get(node, (0, 0))  # (attempts' masks are disjoint)
+            if add:
+                node_freed[node] = (masks | mask, whole + exclusive)
+            else:
+                node_freed[node] = (masks & ~mask, whole - exclusive)
             keys = node_ends.get(node)
             if keys is None:
                 if not add:
@@ -116,6 +123,7 @@ class AttemptTable(NodeTable):
                 insort(last_ends, (new[0], new[1], new[2], node))
             else:
                 del node_ends[node]
+                del node_freed[node]
 
     def record_checkpoint(self, job_id: JobId, when: float) -> None:
         attempt = self.running[job_id]

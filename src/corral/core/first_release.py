@@ -141,13 +141,7 @@ class WholeNodes:
         state = self.state
         new = 0
         if state.node_state[node] is NodeState.UP:
-            freed, exclusive, running = 0, 0, state.running
-            for _, _, job_id in state.node_ends[node]:
-                attempt = running[job_id]
-                exclusive += attempt.exclusive
-                for where, mask in attempt.placement:
-                    if where == node:
-                        freed |= mask
+            freed, exclusive = state.node_freed[node]
             if exclusive > 1:
                 raise NeedsAll  # (the first of them to end frees the node: the walk decides)
             if exclusive or not state.exclusive[node]:

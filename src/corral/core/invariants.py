@@ -40,16 +40,19 @@ def check(state: ClusterState) -> None:
             where, says = state.specs[node].name, state.index.avail[node]
             raise InvariantError(f"index says {says} free on {where}, masks say {free}")
     ends: dict[int, list[tuple[float, int, JobId]]] = {}
+    freed: dict[int, tuple[int, int]] = {}
     for attempt in state.running.values():
         key = attempt.end_key
         if key is not None:
             for node, mask in attempt.placement:
                 if mask or attempt.exclusive:
                     ends.setdefault(node, []).append(key)
+                    masks, whole = freed.get(node, (0, 0))
+                    freed[node] = (masks | mask, whole + attempt.exclusive)
     for keys in ends.values():
         keys.sort()
     lasts = sorted((k[-1][0], k[-1][1], k[-1][2], node) for node, k in ends.items())
-    if ends != state.node_ends or lasts != state.last_ends:
+    if ends != state.node_ends or lasts != state.last_ends or freed != state.node_freed:
         raise InvariantError("the nodes' attempt ends disagree with the running attempts")
     held = [0] * len(state.specs)
     for job in state.jobs.values():
