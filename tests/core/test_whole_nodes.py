@@ -1,6 +1,6 @@
 """The reservation search of gangs of whole nodes that may spread over the cluster
 (`first_release.WholeNodes`, from the nodes in the order of their last attempts' ends) answers as
-the walk over the running attempts (`first_release.first_possible`, `counted.ReleaseCounts`):
+the walk over the running attempts (`first_release.first_possible`, `first_release.ReleaseCounts`):
 the same first release, the same nodes at a replica's GPUs or more after every release, and the
 same reservation; on random clusters after random cycles (cordoned nodes, unhealthy GPUs,
 whole-node jobs, jobs without GPUs, preemptions), with random reserved and held GPUs on top."""
@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corral.core import invariants, reserve
-from corral.core.counted import NeedsAll, ReleaseCounts, countable
+from corral.core.counted import NeedsAll, countable
 from corral.core.cycle import schedule
-from corral.core.first_release import WholeNodes, first_possible
+from corral.core.first_release import ReleaseCounts, WholeNodes, first_possible
 from corral.core.model import INFINITY, JobId, JobSpec, QueueName, Topology
 from corral.core.request import request_for
 from corral.core.state import ClusterState

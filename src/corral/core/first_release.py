@@ -4,7 +4,7 @@
 Running attempts are released in order of expected end, counted outside the state (the
 available GPUs per node as `NodeTable` counts them, and the replicas per domain the gang may
 use); nothing fits before the first release after which some such domain has replicas enough
-(`first_possible`). A gang of whole nodes (replicas of all a node's GPUs) that may spread over
+(`first_possible`; the counts then, `ReleaseCounts`, go on release by release and can be undone). A gang of whole nodes (replicas of all a node's GPUs) that may spread over
 the cluster gains a replica only where a node is wholly released: `WholeNodes` reads the nodes
 in the order of their last attempts' ends (`AttemptTable.last_ends`) instead of walking the
 attempts (`tests/core/test_whole_nodes.py` compares the two).
@@ -15,10 +15,77 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
-from corral.core.counted import NeedsAll, ReleaseCounts
+from corral.core.counted import NeedsAll
 from corral.core.model import INFINITY, JobId, NodeState
 from corral.core.placement import Request
 from corral.core.state import ClusterState
+
+
+class ReleaseCounts:
+    """The available GPUs of the nodes of some classes as running attempts are released in turn,
+    counted outside the state as `NodeTable._refresh` would (`avail`: the nodes touched so far);
+    the last releases can be undone (the reservation search's binary search goes back)."""
+
+    __slots__ = ("_log", "alloc", "allowed", "avail", "freed", "state")
+
+    def __init__(
+        self,
+        state: ClusterState,
+        classes: tuple[int, ...],
+        alloc: dict[int, int] | None = None,
+        avail: dict[int, int] | None = None,
+        freed: set[int] | None = None,
+    ) -> None:
+        self.state = state
+        self.allowed = set(classes)
+        self.alloc: dict[int, int] = {} if alloc is None else alloc  # node -> its allocated mask then
+        self.avail: dict[int, int] = {} if avail is None else avail
+        self.freed: set[int] = set() if freed is None else freed  # nodes an exclusive attempt left
+        self._log: list[list[tuple[int, int, int, bool]]] = []  # per release: (node, alloc, avail, freed)
+
+    def release(self, job_id: JobId) -> None:
+        state = self.state
+        attempt = state.running[job_id]
+        exclusive = attempt.exclusive
+        alloc, avail, freed, allowed = self.alloc, self.avail, self.freed, self.allowed
+        node_class, node_state, up = state.node_class, state.node_state, NodeState.UP
+        undo: list[tuple[int, int, int, bool]] = []
+        for node, mask in attempt.placement:
+            if node_class[node] not in allowed:
+                continue
+            before = alloc.get(node, -1)
+            left = (state.alloc[node] if before < 0 else before) & ~mask
+            alloc[node] = left
+            newly = exclusive and node not in freed
+            if newly:
+                freed.add(node)
+            undo.append((node, before, avail.get(node, -1), newly))
+            if node_state[node] is not up or (state.exclusive[node] and node not in freed):
+                avail[node] = 0
+            else:
+                free = state.healthy[node] & ~left & ~state.held[node]
+                avail[node] = max(0, free.bit_count() - state.reserved[node])
+        self._log.append(undo)
+
+    def undo(self) -> None:
+        """Undo the last `release`."""
+        alloc, avail, freed = self.alloc, self.avail, self.freed
+        for node, before, count, newly in reversed(self._log.pop()):
+            if before < 0:
+                del alloc[node]
+            else:
+                alloc[node] = before
+            if count < 0:
+                del avail[node]
+            else:
+                avail[node] = count
+            if newly:
+                freed.discard(node)
+
+    @property
+    def releases(self) -> int:
+        """How many releases can be undone."""
+        return len(self._log)
 
 
 def first_possible(
@@ -30,7 +97,7 @@ def first_possible(
     count (an upper bound of what placement finds: NVLink groups, CPUs and memory aside), the
     nodes of the domains that reached it then (None: the whole cluster, or already before any
     release), and what the releases up to it give back (`_releases`; None when nothing was
-    released, or `collect` off) and the counts then (`counted.ReleaseCounts`; None when nothing was
+    released, or `collect` off) and the counts then (`ReleaseCounts`; None when nothing was
     released); (None, None, None, None) when no domain ever does. Counts nodes' available GPUs
     as the index does (`NodeTable.available`, inlined), without the plan."""
     topo, index = state.topology, state.index

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from heapq import merge
 
-from corral.core.counted import NeedsAll, ReleaseCounts, countable, place_counts
+from corral.core.counted import NeedsAll, countable, place_counts
 from corral.core.estimates import Estimate
-from corral.core.first_release import WholeNodes, first_possible
+from corral.core.first_release import ReleaseCounts, WholeNodes, first_possible
 from corral.core.model import INFINITY, JobId
 from corral.core.placement import Request, place
 from corral.core.state import ClusterState
@@ -125,7 +125,7 @@ def _counted(
     counts: ReleaseCounts | None,
 ) -> Reservation | None:
     """`_earliest_fit` for a gang that placement decides on counts alone (`counted.countable`):
-    the same releases and placements, counted outside the state (`counted.ReleaseCounts`,
+    the same releases and placements, counted outside the state (`first_release.ReleaseCounts`,
     `counted.place_counts`), which is left untouched."""
     if req.max_span < len(state.topology.span_names) - 1 and where is not None:
         inside, running = ReleaseCounts(state, req.classes), state.running
