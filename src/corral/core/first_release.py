@@ -4,10 +4,11 @@
 Running attempts are released in order of expected end, counted outside the state (the
 available GPUs per node as `NodeTable` counts them, and the replicas per domain the gang may
 use); nothing fits before the first release after which some such domain has replicas enough
-(`first_possible`; the counts then, `ReleaseCounts`, go on release by release and can be undone). A gang of whole nodes (replicas of all a node's GPUs) that may spread over
-the cluster gains a replica only where a node is wholly released: `WholeNodes` reads the nodes
-in the order of their last attempts' ends (`AttemptTable.last_ends`) instead of walking the
-attempts (`tests/core/test_whole_nodes.py` compares the two).
+(`first_possible`; the counts then, `ReleaseCounts`, go on release by release and can be
+undone). A gang of whole nodes (replicas of all a node's GPUs) that may spread over the cluster
+gains a replica only where a node is wholly released: `WholeNodes` reads the nodes in the order
+of their last attempts' ends (`AttemptTable.last_ends`) instead of walking the attempts
+(`tests/core/test_whole_nodes.py` compares the two).
 """
 
 from __future__ import annotations
