@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corral.core import reserve
-from corral.core.counted import ReleaseCounts, countable, place_counts
+from corral.core.counted import countable, place_counts
 from corral.core.cycle import schedule
+from corral.core.first_release import ReleaseCounts
 from corral.core.model import JobId, JobSpec, Launch, NodeName, NodeSpec, QueueName, QueueSpec
 from corral.core.placement import Request, place
 from corral.core.request import request_for

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from corral.core.model import JobId, NodeState
 from corral.core.placement import Request
 from corral.core.state import ClusterState
 
@@ -36,10 +35,18 @@ def countable(req: Request) -> bool:
     )
 
 
-def place_counts(state: ClusterState, req: Request, avail: dict[int, int]) -> list[tuple[int, int]] | None:
+class NeedsAll(Exception):
+    """`place_counts(..., whole=True)` cannot tell: domains are compared by their free GPUs."""
+
+
+def place_counts(
+    state: ClusterState, req: Request, avail: dict[int, int], whole: bool = False
+) -> list[tuple[int, int]] | None:
     """(node, GPUs) where `place` puts a countable gang were the nodes of `avail` (of the
     request's classes; others are read from the index) at those available counts; None if
-    nowhere."""
+    nowhere. `whole`: `avail` holds only the changed nodes at `g` GPUs or more (the others
+    changed too, but stay under `g`): the answer depends on them only where two domains that
+    hold the gang are compared (by their free GPUs), and `NeedsAll` is raised then."""
     view = _View(state, req, avail)
     reps, classes = req.replicas, req.classes
     node = view.best_fit(0, req.single_group, req.gpus) if req.single_group else -1
@@ -56,15 +63,18 @@ def place_counts(state: ClusterState, req: Request, avail: dict[int, int]) -> li
     n_spans = len(topo.span_names)
     for span in range(2, min(req.max_span, n_spans - 1) + 1):
         depth = topo.depth_of_span(span)
-        best: tuple[int, int, int] | None = None
-        for dom in view.candidates(topo.by_depth[depth], depth, classes, reps):
-            if view.replicas(dom, classes) < reps:
-                continue
-            key = (view.nodes_needed(dom, classes, reps), view.free(dom, depth, classes) - req.gpus, dom)
-            if best is None or key < best:
-                best = key
-        if best is not None:
-            placed = view.fill(best[2], req)
+        doms = view.candidates(topo.by_depth[depth], depth, classes, reps)
+        holding = [dom for dom in doms if view.replicas(dom, classes) >= reps]
+        if len(holding) > 1:  # (the best key; one domain is taken without its key)
+            if whole:
+                raise NeedsAll
+            best = min(
+                (view.nodes_needed(dom, classes, reps), view.free(dom, depth, classes) - req.gpus, dom)
+                for dom in holding
+            )
+            holding = [best[2]]
+        if holding:
+            placed = view.fill(holding[0], req)
             if placed is not None:
                 return placed
     if req.max_span < n_spans - 1:
@@ -331,70 +341,3 @@ class _View:
             left -= most
         chosen.sort()
         return chosen
-
-
-class ReleaseCounts:
-    """The available GPUs of the nodes of some classes as running attempts are released in turn,
-    counted outside the state as `NodeTable._refresh` would (`avail`: the nodes touched so far);
-    the last releases can be undone (the reservation search's binary search goes back)."""
-
-    __slots__ = ("_log", "alloc", "allowed", "avail", "freed", "state")
-
-    def __init__(
-        self,
-        state: ClusterState,
-        classes: tuple[int, ...],
-        alloc: dict[int, int] | None = None,
-        avail: dict[int, int] | None = None,
-        freed: set[int] | None = None,
-    ) -> None:
-        self.state = state
-        self.allowed = set(classes)
-        self.alloc: dict[int, int] = {} if alloc is None else alloc  # node -> its allocated mask then
-        self.avail: dict[int, int] = {} if avail is None else avail
-        self.freed: set[int] = set() if freed is None else freed  # nodes an exclusive attempt left
-        self._log: list[list[tuple[int, int, int, bool]]] = []  # per release: (node, alloc, avail, freed)
-
-    def release(self, job_id: JobId) -> None:
-        state = self.state
-        attempt = state.running[job_id]
-        exclusive = attempt.exclusive
-        alloc, avail, freed, allowed = self.alloc, self.avail, self.freed, self.allowed
-        node_class, node_state, up = state.node_class, state.node_state, NodeState.UP
-        undo: list[tuple[int, int, int, bool]] = []
-        for node, mask in attempt.placement:
-            if node_class[node] not in allowed:
-                continue
-            before = alloc.get(node, -1)
-            left = (state.alloc[node] if before < 0 else before) & ~mask
-            alloc[node] = left
-            newly = exclusive and node not in freed
-            if newly:
-                freed.add(node)
-            undo.append((node, before, avail.get(node, -1), newly))
-            if node_state[node] is not up or (state.exclusive[node] and node not in freed):
-                avail[node] = 0
-            else:
-                free = state.healthy[node] & ~left & ~state.held[node]
-                avail[node] = max(0, free.bit_count() - state.reserved[node])
-        self._log.append(undo)
-
-    def undo(self) -> None:
-        """Undo the last `release`."""
-        alloc, avail, freed = self.alloc, self.avail, self.freed
-        for node, before, count, newly in reversed(self._log.pop()):
-            if before < 0:
-                del alloc[node]
-            else:
-                alloc[node] = before
-            if count < 0:
-                del avail[node]
-            else:
-                avail[node] = count
-            if newly:
-                freed.discard(node)
-
-    @property
-    def releases(self) -> int:
-        """How many releases can be undone."""
-        return len(self._log)

@@ -7,13 +7,15 @@ answer cannot pass: no GPU given twice, masks and index agree, nominations and q
 from __future__ import annotations
 
 from corral.core.errors import InvariantError
+from corral.core.model import JobId
 from corral.core.state import ClusterState
 
 
 def check(state: ClusterState) -> None:
     """No GPU given twice: allocation bits equal the union of running attempts' placements,
     no two attempts share a GPU, no two nominations share a GPU, the free-count index agrees
-    with the masks, and queues count what their attempts hold."""
+    with the masks, the nodes' attempt ends follow the attempts, and queues count what their
+    attempts hold."""
     seen = [0] * len(state.specs)
     for attempt in state.running.values():
         for node, mask in attempt.placement:
@@ -37,6 +39,21 @@ def check(state: ClusterState) -> None:
         if state.is_schedulable(node) and state.index.avail[node] != free:
             where, says = state.specs[node].name, state.index.avail[node]
             raise InvariantError(f"index says {says} free on {where}, masks say {free}")
+    ends: dict[int, list[tuple[float, int, JobId]]] = {}
+    freed: dict[int, tuple[int, int]] = {}
+    for attempt in state.running.values():
+        key = attempt.end_key
+        if key is not None:
+            for node, mask in attempt.placement:
+                if mask or attempt.exclusive:
+                    ends.setdefault(node, []).append(key)
+                    masks, whole = freed.get(node, (0, 0))
+                    freed[node] = (masks | mask, whole + attempt.exclusive)
+    for keys in ends.values():
+        keys.sort()
+    lasts = sorted((k[-1][0], k[-1][1], k[-1][2], node) for node, k in ends.items())
+    if ends != state.node_ends or lasts != state.last_ends or freed != state.node_freed:
+        raise InvariantError("the nodes' attempt ends disagree with the running attempts")
     held = [0] * len(state.specs)
     for job in state.jobs.values():
         for node, mask in job.nomination.held if job.nomination is not None else ():

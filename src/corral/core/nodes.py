@@ -201,8 +201,7 @@ class NodeTable:
         """A node's available GPUs were `gpus` of its reserved GPUs given back."""
         if self.node_state[node] is not NodeState.UP or self.exclusive[node]:
             return 0
-        free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
-        return max(0, free.bit_count() - self.reserved[node] + gpus)
+        return max(0, self.free_count[node] - self.reserved[node] + gpus)
 
     def _new_id(self) -> None:
         self._last_id += 1
@@ -342,6 +341,18 @@ class NodeTable:
     def set_reserved(self, node: int, count: int) -> None:
         self.plan.record(self._set_reserved_raw, node, self.reserved[node])
         self._set_reserved_raw(node, count)
+
+    def add_reserved(self, capacity: Sequence[tuple[int, int]], sign: int) -> None:
+        """Add (`sign` 1) or take back (-1) reserved GPUs per (node, GPUs), through the plan (one
+        entry for them all)."""
+        reserved = self.reserved
+        self.plan.record(self._restore_reserved, [(node, reserved[node]) for node, _ in capacity])
+        for node, gpus in capacity:
+            self._set_reserved_raw(node, reserved[node] + sign * gpus)
+
+    def _restore_reserved(self, before: list[tuple[int, int]]) -> None:
+        for node, count in reversed(before):
+            self._set_reserved_raw(node, count)
 
     def reset_reserved(self, node: int) -> None:
         """Drop a node's reservations outside the plan (at the end of a cycle)."""

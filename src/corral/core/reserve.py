@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from heapq import merge
 
-from corral.core.counted import ReleaseCounts, countable, place_counts
+from corral.core.counted import NeedsAll, countable, place_counts
 from corral.core.estimates import Estimate
-from corral.core.model import INFINITY, JobId, NodeState
+from corral.core.first_release import ReleaseCounts, WholeNodes, first_possible
+from corral.core.model import INFINITY, JobId
 from corral.core.placement import Request, place
 from corral.core.state import ClusterState
 
@@ -30,6 +31,7 @@ class Reservation:
 
 _MEMO_SIZE = 4096  # requests remembered at most (the memory is emptied when full)
 REMEMBER = True  # bench/replay_hashes.py --search-again turns the memory off (interpreted) to compare
+WHOLE_NODES = True  # tests turn the search by wholly released nodes off to compare it with the walk
 
 
 def earliest_fit(
@@ -72,7 +74,7 @@ def _earliest_fit(
     """`earliest_fit`, searched.
 
     Attempts are released in order of expected end. A count of free GPUs kept outside the state
-    (`_first_possible`) finds the first release after which some domain the gang may use (one
+    (`first_release.first_possible`) finds the first release after which some domain the gang may use (one
     node, one leaf, ...) has GPUs enough for it by count: nothing fits before. Only the attempts
     that touch that domain are released and the gang placed once: only that domain can hold it
     then. A gang that may spread over the cluster (or when that placement fails: NVLink groups,
@@ -82,6 +84,7 @@ def _earliest_fit(
     release after which it fits: O(log n) placements, not one per release. (Where placing is not
     monotone in releases, the answer depends on where the galloping starts.)
     """
+    whole = ends is None and WHOLE_NODES
     if ends is None:
         ends, n = state.by_end, bisect_left(state.by_end, (INFINITY,))  # attempts without an end last
         ends = ends if n == len(ends) else ends[:n]  # (not copied when all have one: the search keeps it)
@@ -91,7 +94,12 @@ def _earliest_fit(
     if req.gpus_per_replica == 0:
         return _search(state, req, now, ends, 0, _releases(state, [ends[0][2]]))
     counted = countable(req)
-    first, where, releases, counts = _first_possible(state, req, ends, not counted)
+    if whole and counted and WholeNodes.applies(state, req):
+        try:
+            return _whole_nodes(state, req, now, ends)
+        except NeedsAll:
+            pass  # (domains compared by free GPUs: the walk counts every node)
+    first, where, releases, counts = first_possible(state, req, ends, not counted)
     if first is None:
         return None  # even once every attempt with an end has ended, no domain has GPUs enough
     if counted:
@@ -117,7 +125,7 @@ def _counted(
     counts: ReleaseCounts | None,
 ) -> Reservation | None:
     """`_earliest_fit` for a gang that placement decides on counts alone (`counted.countable`):
-    the same releases and placements, counted outside the state (`counted.ReleaseCounts`,
+    the same releases and placements, counted outside the state (`first_release.ReleaseCounts`,
     `counted.place_counts`), which is left untouched."""
     if req.max_span < len(state.topology.span_names) - 1 and where is not None:
         inside, running = ReleaseCounts(state, req.classes), state.running
@@ -143,6 +151,18 @@ def _counted(
         return place_counts(state, req, counts.avail)
 
     return _gallop(fits_after, ends, now, first)
+
+
+def _whole_nodes(
+    state: ClusterState, req: Request, now: float, ends: Sequence[tuple[float, int, JobId]]
+) -> Reservation | None:
+    """`_counted` for a gang of whole nodes that may spread over the cluster: the first release
+    and the nodes it may take read from the nodes wholly released (`first_release.WholeNodes`)."""
+    nodes = WholeNodes(state, req, ends)
+    first = nodes.first()
+    if first is None:
+        return None
+    return _gallop(lambda last: place_counts(state, req, nodes.avail(last), whole=True), ends, now, first)
 
 
 def _placed_counts(state: ClusterState, req: Request) -> list[tuple[int, int]] | None:
@@ -251,102 +271,16 @@ def _gallop(
     return Reservation("", max(ends[hi][0], now), tuple(found))
 
 
-def _first_possible(
-    state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]], collect: bool = True
-) -> tuple[
-    int | None, frozenset[int] | None, list[tuple[int, int, int, float, bool]] | None, ReleaseCounts | None
-]:
-    """The first release after which some domain the gang may use has GPUs enough for it, by
-    count (an upper bound of what placement finds: NVLink groups, CPUs and memory aside), the
-    nodes of the domains that reached it then (None: the whole cluster, or already before any
-    release), and what the releases up to it give back (`_releases`; None when nothing was
-    released, or `collect` off) and the counts then (`counted.ReleaseCounts`; None when nothing was
-    released); (None, None, None, None) when no domain ever does. Counts nodes' available GPUs
-    as the index does (`NodeTable.available`, inlined), without the plan."""
-    topo, index = state.topology, state.index
-    g, classes = req.gpus_per_replica, req.classes
-    allowed = set(classes)
-    last = len(topo.span_names) - 1
-    depth = -1 if req.max_span <= 1 else (topo.depth_of_span(req.max_span) if req.max_span < last else 0)
-    if depth < 0:
-        if index.best_fit(0, classes, req.gpus) >= 0:
-            return 0, None, None, None  # a node has GPUs enough already (placement failed otherwise)
-    elif any(index.capacity(dom, classes, g)[0] >= req.replicas for dom in topo.by_depth[depth]):
-        return 0, None, None, None  # the same for a domain
-    counts: dict[int, int] = {}  # domain at `depth` -> replicas its nodes hold, once touched
-    alloc: dict[int, int] = {}  # node -> allocated mask after the releases so far, once touched
-    avail: dict[int, int] = {}  # node -> its available GPUs then
-    freed_exclusive: set[int] = set()
-    releases: list[tuple[int, int, int, float, bool]] = []
-    running, node_class, up = state.running, state.node_class, NodeState.UP
-    node_state, healthy, held, reserved = state.node_state, state.healthy, state.held, state.reserved
-    state_alloc, state_exclusive, index_avail = state.alloc, state.exclusive, index.avail
-    node_domains, replicas, gpus = topo.node_domains, req.replicas, req.gpus
-    root = index.capacity(0, classes, g)[0] if depth == 0 else 0  # the cluster's count (depth 0)
-    for i, (_, _, job_id) in enumerate(ends):
-        attempt = running[job_id]
-        exclusive = attempt.exclusive
-        if collect:
-            spec = attempt.spec
-            cpus, memory = spec.cpus_per_replica, spec.memory_gib_per_replica
-            for node, mask in attempt.placement:
-                releases.append((node, mask, cpus, memory, exclusive))
-        reached: list[int] | None = None
-        for node, mask in attempt.placement:
-            if node_class[node] not in allowed:
-                continue
-            before = alloc.get(node)
-            left = (state_alloc[node] if before is None else before) & ~mask
-            alloc[node] = left
-            if exclusive:
-                freed_exclusive.add(node)
-            if node_state[node] is not up or (state_exclusive[node] and node not in freed_exclusive):
-                new = 0
-            else:
-                new = max(0, (healthy[node] & ~left & ~held[node]).bit_count() - reserved[node])
-            was = avail.get(node)
-            old = index_avail[node] if was is None else was
-            avail[node] = new
-            if depth == 0:
-                root += new // g - old // g
-                if root >= replicas:
-                    reached = [0]
-                continue
-            if depth < 0:
-                if new >= gpus:
-                    reached = [node] if reached is None else [*reached, node]
-                continue
-            dom = node_domains[node][depth]
-            count = counts.get(dom)
-            if count is None:
-                count = index.capacity(dom, classes, g)[0]
-            count += new // g - old // g
-            counts[dom] = count
-            if count >= replicas:
-                reached = [dom] if reached is None else [*reached, dom]
-        if reached is not None:
-            counted = ReleaseCounts(state, classes, alloc, avail, freed_exclusive)
-            out = releases if collect else None
-            if depth == 0:
-                return i, None, out, counted
-            if depth < 0:
-                return i, frozenset(reached), out, counted
-            return i, frozenset(n for dom in reached for n in topo.domains[dom].nodes), out, counted
-    return None, None, None, None
-
-
 def hold(state: ClusterState, reservation: Reservation) -> None:
     """Subtract a reservation's GPUs from what the index offers (through the plan)."""
-    for node, gpus in reservation.capacity:
-        state.set_reserved(node, state.reserved[node] + gpus)
+    state.add_reserved(reservation.capacity, 1)
 
 
 def lift(state: ClusterState, reservations: list[Reservation], ends_by: float) -> None:
     """Give back (through the plan) the reservations that start at or after `ends_by`."""
     for r in reservations:
         if r.start >= ends_by:
-            for node, gpus in r.capacity:
-                state.set_reserved(node, state.reserved[node] - gpus)
+            state.add_reserved(r.capacity, -1)
 
 
 def misses_lifted(

@@ -1,5 +1,5 @@
 """Cluster state kept incrementally: nodes' GPU masks and the free-count index (`nodes.NodeTable`),
-attempts and queues.
+attempts (`attempts.AttemptTable`) and queues.
 
 Adapters (the simulator, the control plane) own one `ClusterState` and tell it what happened
 (a node joined, an attempt ended); a cycle changes it only through the plan, so that any
@@ -11,10 +11,9 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Sequence
 from heapq import heappush
-from typing import TYPE_CHECKING
 
+from corral.core.attempts import AttemptTable, history_keys, seconds_run
 from corral.core.errors import InvariantError
-from corral.core.estimates import Estimator, Keys, keys_of
 from corral.core.jobs import NO_END, Nomination, PendingJob, QueueState, RunningAttempt, shape_of
 from corral.core.model import (
     DEFAULT_PRIORITY_CLASSES,
@@ -26,13 +25,10 @@ from corral.core.model import (
     QueueName,
     QueueSpec,
 )
-from corral.core.nodes import Caches, NodeTable
-
-if TYPE_CHECKING:
-    pass
+from corral.core.nodes import Caches
 
 
-class ClusterState(NodeTable):
+class ClusterState(AttemptTable):
     """Everything a cycle works on, changed only through `plan` (or by adapters between cycles)."""
 
     def __init__(
@@ -42,19 +38,9 @@ class ClusterState(NodeTable):
         priority_classes: Iterable[PriorityClass] = DEFAULT_PRIORITY_CLASSES,
     ) -> None:
         super().__init__(levels)
-        self.running: dict[JobId, RunningAttempt] = {}
-        self.by_end: list[tuple[float, int, JobId]] = []
-        # run times learned from finished jobs (None: no estimates); the estimated ends of the
-        # attempts without a time limit, sorted (`RunningAttempt.estimate_key`), kept only while
-        # reservation searches use them (`estimating`: since `want_estimates`, until unused a while)
-        self.estimator: Estimator | None = None
-        self.by_estimate: list[tuple[float, int, JobId]] = []
-        self.estimating = False
-        self.estimates_used_at = 0.0
-        self._start_seq = 0
         self.queues: dict[QueueName, QueueState] = {q.name: QueueState(q) for q in queues}
         self.priority_classes: dict[str, PriorityClass] = {p.name: p for p in priority_classes}
-        self.min_runtime_by_value: dict[int, float] = {p.value: p.min_runtime for p in priority_classes}
+        self.min_runtime_by_value = {p.value: p.min_runtime for p in priority_classes}
         self.jobs: dict[JobId, PendingJob] = {}  # every pending job, by id
         self.unchecked: list[PendingJob] = []  # submitted since the last cycle: feasibility not checked
         self.usage_time: float | None = None
@@ -173,7 +159,7 @@ class ClusterState(NodeTable):
         spec = job.spec
         queue = self.queue(spec.queue)
         if self.estimator is not None:
-            job.estimate = self.estimator.estimate(spec, _seconds_run(job), _keys(job))
+            job.estimate = self.estimator.estimate(spec, seconds_run(job), history_keys(job))
         job.key = self.order_key(job)
         queue.pending[spec.id] = job
         insort(queue.pending_keys, job.key)
@@ -279,42 +265,6 @@ class ClusterState(NodeTable):
         self._add_running(attempt)
         return attempt
 
-    def _add_running(self, attempt: RunningAttempt) -> None:
-        job_id = attempt.job.spec.id
-        if job_id in self.running:
-            raise InvariantError(f"job {job_id} already has a live attempt")
-        self.running[job_id] = attempt
-        self.occupancy.add(attempt, self.min_runtime(attempt))
-        self._start_seq += 1
-        attempt.end_key = (attempt.expected_end, self._start_seq, job_id)
-        insort(self.by_end, attempt.end_key)
-        if self.estimating and attempt.limit_end == NO_END:
-            self._estimate_end(attempt, attempt.start)
-        before = self.base_id
-        self._new_id()
-        self.plan.record(self._undo_running, job_id, before, self.base_id)
-
-    def _undo_running(self, job_id: JobId, before: int, after: int) -> None:
-        same = self.base_id == after  # as `_undo_hold`
-        self._remove_running_raw(job_id)
-        if same:
-            self.base_id = before
-
-    def _remove_running_raw(self, job_id: JobId) -> RunningAttempt:
-        self._new_id()
-        attempt = self.running.pop(job_id)
-        self.occupancy.remove(attempt)
-        self._drop_end_key(attempt)
-        self._drop_estimate(attempt)
-        return attempt
-
-    def _drop_end_key(self, attempt: RunningAttempt) -> None:
-        key = attempt.end_key
-        i = bisect_left(self.by_end, key) if key is not None else len(self.by_end)
-        if i >= len(self.by_end) or self.by_end[i] != key:
-            raise InvariantError(f"attempt of {attempt.spec.id} missing from the end-time order")
-        del self.by_end[i]
-
     def end(self, job_id: JobId, requeue: bool, now: float) -> RunningAttempt:
         """An attempt ended (adapters call this between cycles); GPUs are released at once.
 
@@ -345,63 +295,9 @@ class ClusterState(NodeTable):
             job.queued_at, job.promoted = now, False
             self._enqueue(job)
         elif self.estimator is not None:
-            self.estimator.observe(spec, _seconds_run(job) if spec.gpus else now - attempt.start, _keys(job))
+            ran = seconds_run(job) if spec.gpus else now - attempt.start
+            self.estimator.observe(spec, ran, history_keys(job))
         return attempt
-
-    # ---- estimates (`estimates`: never limits) ------------------------------------------
-    def _estimate_end(self, attempt: RunningAttempt, now: float) -> None:
-        """Estimate when an attempt without a time limit ends, given the time it has run by `now`."""
-        assert self.estimator is not None
-        before = _seconds_run(attempt.job)  # earlier attempts
-        found = self.estimator.estimate(attempt.spec, before + now - attempt.start, _keys(attempt.job))
-        if found is None:
-            return
-        attempt.estimate = found
-        attempt.estimated_end = attempt.start + max(found.seconds - before, now - attempt.start + 1.0)
-        self._start_seq += 1
-        attempt.estimate_key = (attempt.estimated_end, -self._start_seq, attempt.spec.id)
-        insort(self.by_estimate, attempt.estimate_key)
-
-    def _drop_estimate(self, attempt: RunningAttempt) -> None:
-        key = attempt.estimate_key
-        if key is not None:
-            attempt.estimate_key = None
-            del self.by_estimate[bisect_left(self.by_estimate, key)]
-
-    def want_estimates(self, now: float) -> bool:
-        """Whether running attempts have estimated ends (a search on them may be worth it): kept
-        from the first call on, estimating every running attempt without a time limit then."""
-        self.estimates_used_at = now
-        if not self.estimating and self.estimator is not None:
-            self.estimating = True
-            for attempt in self.running.values():
-                if attempt.limit_end == NO_END and attempt.preempting_deadline is None:
-                    self._estimate_end(attempt, now)
-        return bool(self.by_estimate)
-
-    def forget_estimates(self) -> None:
-        """Stop keeping estimated ends (no search used them for a while; `want_estimates`)."""
-        for _, _, job_id in self.by_estimate:
-            self.running[job_id].estimate_key = None
-        self.by_estimate.clear()
-        self.estimating = False
-
-    def refresh_estimates(self, now: float) -> None:
-        """Attempts running past their estimated end get a later one (from the run times longer
-        than theirs so far); each estimate at least doubles, so this costs little over a run."""
-        while self.by_estimate and self.by_estimate[0][0] <= now:
-            attempt = self.running[self.by_estimate[0][2]]
-            self._drop_estimate(attempt)
-            self._estimate_end(attempt, now)
-
-    def min_runtime(self, attempt: RunningAttempt) -> float:
-        """Seconds after its start during which an attempt is never preempted (DESIGN.md 6.3).
-
-        Its class's `min_runtime`, doubled for every earlier attempt of the job (up to 64 times),
-        so that no job is preempted over and over just after each restart.
-        """
-        earlier = min(attempt.attempt - 1, 6)
-        return self.min_runtime_by_value.get(attempt.job.spec.priority, 0.0) * (1 << earlier)
 
     def mark_preempting(self, job_id: JobId, deadline: float, by: JobId | None) -> None:
         attempt = self.running[job_id]
@@ -416,13 +312,7 @@ class ClusterState(NodeTable):
         self._new_id()
         self._start_seq += 1
         attempt.end_key = (attempt.expected_end, self._start_seq, job_id)
-        insort(self.by_end, attempt.end_key)
-
-    def record_checkpoint(self, job_id: JobId, when: float) -> None:
-        attempt = self.running[job_id]
-        before = attempt.last_checkpoint
-        attempt.last_checkpoint = when
-        self.occupancy.checkpointed(attempt, before)
+        self._add_end_key(attempt)
 
     # ---- nominations -------------------------------------------------------------------
     def nominate(
@@ -449,17 +339,3 @@ class ClusterState(NodeTable):
             self._set_held_raw(node, self.held[node] & ~mask)
         self.queues[job.spec.queue].incoming_gpus -= job.spec.gpus
         self.use_version += 1
-
-
-def _keys(job: PendingJob) -> Keys:
-    """The job's history keys (`estimates.keys_of`), built once."""
-    keys = job.history_keys
-    if keys is None:
-        keys = job.history_keys = keys_of(job.spec)
-    return keys
-
-
-def _seconds_run(job: PendingJob) -> float:
-    """Seconds its earlier attempts ran (GPU-seconds attained over its GPUs)."""
-    gpus = job.spec.gpus
-    return job.attained / gpus if gpus else 0.0
