@@ -53,29 +53,41 @@ def busy(seed: int, policy: str) -> list[tuple[Any, ...]]:
                 time_limit=rng.choice([None, 3600.0, 7200.0, 36000.0]),
             )  # fmt: skip
             state.submit(spec, attained=rng.choice([0.0, 0.0, 5000.0, 50000.0]))
-        result = schedule(state, profile, now)
-        check_no_double_allocation(state)
-        outcome.append(summary(result))
-        now += rng.choice([600.0, 3600.0, 7200.0])
-        for job_id in list(state.running):
-            attempt = state.running[job_id]
-            if attempt.preempting_deadline is not None and attempt.preempting_deadline <= now:
-                state.end(job_id, requeue=True, now=now)
-            elif rng.random() < 0.2:
-                state.end(job_id, requeue=False, now=now)
+        now = cycle_then_churn(state, profile, rng, now, outcome)
     return outcome
 
 
-def both(run: Any, *args: Any, walk: bool = True) -> tuple[Any, Any]:
-    """The run with the memory and without (looking at every job when not `walk`: then the jobs
-    of one family search one after another)."""
+def cycle_then_churn(
+    state: ClusterState, profile: Any, rng: random.Random, now: float, outcome: list[tuple[Any, ...]]
+) -> float:
+    """A cycle at `now` (its decisions and reasons into `outcome`), then the next instant, 10
+    minutes to 2 hours later: victims past their deadline stop, a fifth of the others end."""
+    result = schedule(state, profile, now)
+    check_no_double_allocation(state)
+    outcome.append(summary(result))
+    now += rng.choice([600.0, 3600.0, 7200.0])
+    for job_id in list(state.running):
+        attempt = state.running[job_id]
+        if attempt.preempting_deadline is not None and attempt.preempting_deadline <= now:
+            state.end(job_id, requeue=True, now=now)
+        elif rng.random() < 0.2:
+            state.end(job_id, requeue=False, now=now)
+    return now
+
+
+def both(
+    run: Any, *args: Any, walk: bool = True, switch: tuple[Any, str] = (preemption, "REMEMBER")
+) -> tuple[Any, Any]:
+    """The run with a shortcut and without (`switch`: the module and the name of its switch; by
+    default the search memory), looking at every job when not `walk` (then the jobs of one
+    family search one after another)."""
     with pytest.MonkeyPatch.context() as patch:
         if not walk:
             patch.setattr(repeats, "MANY_SHAPES", -1)
-        remembered = run(*args)
-        patch.setattr(preemption, "REMEMBER", False)
-        searched = run(*args)
-    return remembered, searched
+        shortcut = run(*args)
+        patch.setattr(*switch, False)
+        long_way = run(*args)
+    return shortcut, long_way
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

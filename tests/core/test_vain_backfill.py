@@ -13,23 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from corral.core import cycle, repeats
-from tests.core.test_preemption_memo import busy
+from corral.core import cycle
+from tests.core.test_preemption_memo import both, busy
 from tests.core.test_repeats import play
 
 
 def _both(run: Any, *args: Any, walk: bool) -> tuple[Any, Any]:
-    with pytest.MonkeyPatch.context() as patch:
-        if not walk:
-            patch.setattr(repeats, "MANY_SHAPES", -1)
-        skipped = run(*args)
-        patch.setattr(cycle, "SKIP_VAIN_BACKFILL", False)
-        tried = run(*args)
-    return skipped, tried
+    """The run with vain backfill attempts skipped and with them tried."""
+    return both(run, *args, walk=walk, switch=(cycle, "SKIP_VAIN_BACKFILL"))
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -13,17 +13,15 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corral.core import repeats, victim_nodes
-from corral.core.cycle import schedule
+from corral.core import victim_nodes
 from corral.core.model import JobId, JobSpec, Launch, NodeName, NodeSpec, QueueName, QueueSpec
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
-from tests.core.test_repeats import CLASSES, summary
-from tests.helpers import check_no_double_allocation
+from tests.core.test_preemption_memo import both, cycle_then_churn
+from tests.core.test_repeats import CLASSES
 
 MODELS = ("H100-80GB", "A100-40GB")
 
@@ -53,26 +51,12 @@ def mixed(seed: int, policy: str) -> list[tuple[Any, ...]]:
                 launch=Launch.PER_NODE if per_node else Launch.PER_GPU,
             )  # fmt: skip
             state.submit(spec, attained=rng.choice([0.0, 0.0, 5000.0, 50000.0]))
-        result = schedule(state, profile, now)
-        check_no_double_allocation(state)
-        outcome.append(summary(result))
-        now += rng.choice([600.0, 3600.0, 7200.0])
-        for job_id in list(state.running):
-            attempt = state.running[job_id]
-            if attempt.preempting_deadline is not None and attempt.preempting_deadline <= now:
-                state.end(job_id, requeue=True, now=now)
-            elif rng.random() < 0.2:
-                state.end(job_id, requeue=False, now=now)
+        now = cycle_then_churn(state, profile, rng, now, outcome)
     return outcome
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), policy=st.sampled_from(["las", "default", "las"]), walk=st.booleans())
 def test_remembered_candidate_nodes_are_the_nodes_built_anew(seed: int, policy: str, walk: bool) -> None:
-    with pytest.MonkeyPatch.context() as patch:
-        if not walk:
-            patch.setattr(repeats, "MANY_SHAPES", -1)
-        remembered = mixed(seed, policy)
-        patch.setattr(victim_nodes, "REMEMBER_NODES", False)
-        built = mixed(seed, policy)
+    remembered, built = both(mixed, seed, policy, walk=walk, switch=(victim_nodes, "REMEMBER_NODES"))
     assert remembered == built
