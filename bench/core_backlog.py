@@ -23,7 +23,7 @@ import statistics
 import time
 from typing import Any
 
-from core_bench import (
+from core_fixtures import (
     HOUR,
     LEVELS,
     Jobs,

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from core_backlog import QUEUES, fill_running
-from core_bench import LEVELS, QUICK, Jobs, node_specs
+from core_fixtures import LEVELS, QUICK, Jobs, node_specs
 from corral import native
 from corral.core.cycle import schedule
 from corral.core.model import QueueName, QueueSpec
