@@ -193,6 +193,31 @@ def test_show_and_jobs_print_the_estimates_of_a_pending_and_a_running_job(cli: C
     agent.close()
 
 
+def test_show_and_jobs_print_a_job_arrays_estimates(cli: Cli) -> None:
+    """`corral show ARRAY`: what each task should run and when its running tasks should end;
+    `corral jobs`: the array's line has an EST. LEFT (its longest task's)."""
+    agent = FakeAgent(cli.server, "dgx01", 8, "H100-80GB")
+    agent.register()
+    first = cli.json("submit", "--queue", "research", "--gpus", 6, "--", "true")["id"]
+    wait_for(lambda: cli.json("show", first)["state"] == "starting")
+    assert agent.report(first, 1, "running").status_code == 200
+    assert agent.report(first, 1, "exited", 0).status_code == 200
+    wait_for(lambda: cli.json("show", first)["state"] == "finished")
+    base = cli.json("submit", "--queue", "research", "--gpus", 6, "--array", "0-2%1", "--", "true")["id"]
+    wait_for(lambda: cli.json("show", f"{base}_0")["state"] == "starting")
+    assert agent.report(f"{base}_0", 1, "running").status_code == 200
+    wait_for(
+        lambda: (a := cli.json("show", base))["estimated_end"] is not None and a["estimate"] is not None, 15
+    )
+    shown = cli.ok("show", base).stdout
+    assert "estimate:          each task runs about " in shown, shown
+    assert "(from 1 finished job of the cluster); not a limit" in shown, shown
+    assert "running tasks end: about " in shown and "(the last, estimated)" in shown, shown
+    row = next(line for line in cli.ok("jobs").stdout.splitlines() if line.startswith(f"{base}["))
+    assert " ~" in row, row  # EST. LEFT
+    agent.close()
+
+
 def test_events_as_json_lines_with_increasing_seq(cli: Cli) -> None:
     for queue in ("research", "prod"):
         cli.ok("submit", "--queue", queue, "--gpus", 1, "--", "true")

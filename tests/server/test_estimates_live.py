@@ -6,6 +6,7 @@ queued with (bench/estimate_quality.py --live reads it back)."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from tests.server.harness import FakeAgent, Server, wait_for
 from tests.server.scenario import events, job, submit
@@ -135,3 +136,50 @@ def test_a_pending_and_a_running_job_carry_their_estimates(server: Server) -> No
         assert listed[waiting][key] == found[key], key
     assert listed[running["id"]]["estimate_basis"] == shown["estimate_basis"]
     assert done["estimate"] is None and done["reserved_start"] is None  # a finished job: none
+
+
+def test_a_job_array_carries_a_tasks_estimate_and_its_running_tasks_end(server: Server) -> None:
+    """An array's object (the reply to its submission, `GET /v1/jobs/{array}`) carries the estimate
+    of a task not yet run, and the latest estimated end of its running tasks (server/estimated.py
+    `array_fields`); an array with no task left pending or running carries none."""
+    agent = FakeAgent(server, "dgx01", 8, "H100-80GB")
+    agent.register()
+    try:
+        with server.client() as c:
+            first = submit(c, queue="research", name="sweep", gpus_per_replica=4)["id"]
+            _start(agent, first)
+            time.sleep(0.5)
+            assert agent.report(first, 1, "exited", 0).status_code == 200
+            wait_for(lambda: job(c, first)["state"] == "finished")
+            ran = _ran(events(c), first)
+            time.sleep(2.1)  # the API reads newly finished jobs at most every 2 s (REFRESH)
+            made = submit(c, queue="research", name="sweep", gpus_per_replica=4, array="0-2%1")
+            base = made["id"]
+            _start(agent, f"{base}_0")  # %1: one task at a time
+            whole = wait_for(lambda: (a := job(c, base))["estimated_end"] is not None and a, timeout=15)
+            task = job(c, f"{base}_0")
+            log = events(c)
+            for i in range(3):  # every task ends: nothing left to estimate
+                if i:
+                    _start(agent, f"{base}_{i}")
+                assert agent.report(f"{base}_{i}", 1, "exited", 0).status_code == 200
+                wait_for(lambda i=i: job(c, f"{base}_{i}")["state"] == "finished")
+            done = job(c, base)
+    finally:
+        agent.close()
+    assert made["array"] and abs(made["estimate"] - ran) < 0.01, (made, ran)  # one run: its time
+    assert (made["estimate_drawn_on"], made["estimate_basis"]) == (1, "the cluster"), made
+    assert made["estimated_end"] is None and made["reserved_start"] is None  # nothing runs yet
+    assert abs(whole["estimate"] - ran) < 0.01 and whole["estimate_drawn_on"] == 1, whole
+    # its running task's end, as the task's own object gives it (the task ran less than `ran` yet,
+    # or it is estimated at twice what it ran: either way, the same end)
+    begun = next(e["t"] for e in log if e["event"] == "start" and e["job"] == f"{base}_0")
+    assert task["estimated_end"] is not None and task["estimated_end"] > begun
+    assert abs(whole["estimated_end"] - task["estimated_end"]) < 1.0, (whole, task)
+    assert done["state"] == "finished" and done["estimate"] is None and done["estimated_end"] is None, done
+
+
+def _ran(log: list[dict[str, Any]], job_id: str) -> float:
+    start = next(e for e in log if e["event"] == "start" and e["job"] == job_id)
+    finish = next(e for e in log if e["event"] == "finish" and e["job"] == job_id)
+    return float(finish["t"] - start["t"])

@@ -62,7 +62,7 @@ def jobs(
         return
     now = time.time()
     rows = [
-        _with_left(array_row(j, _shape(j[0]), age(j[0]["submit_time"], now)), "")
+        _with_left(array_row(j, _shape(j[0]), age(j[0]["submit_time"], now)), array_left(j, now))
         if isinstance(j, list)
         else (
             j["id"],
@@ -88,15 +88,33 @@ def _with_left(row: tuple[str, ...], left: str) -> tuple[str, ...]:
     return (*row[:-1], left, row[-1])
 
 
+ESTIMATED_STATES = ("pending", "starting", "running")  # server/estimated.py ESTIMATED
+
+
 def left_text(job: dict[str, Any], now: float) -> str:
     """The `EST. LEFT` column: the run time history expects a job still to need, `~1h30m` (a
     running job's, to its estimated end; a pending job's, its whole run), like squeue's TIME_LEFT
     but estimated (server/estimated.py), never a limit; empty without an estimate."""
+    left = left_seconds(job, now)
+    return "" if left is None else "~" + span(left)
+
+
+def left_seconds(job: dict[str, Any], now: float) -> float | None:
+    """What `left_text` shows, in seconds (None: no estimate)."""
     seconds = job.get("estimate")
     if seconds is None:
-        return ""
+        return None
     end = job.get("estimated_end")
-    return "~" + span(max(0.0, end - now) if end is not None else seconds)
+    return float(max(0.0, end - now) if end is not None else seconds)
+
+
+def array_left(tasks: list[dict[str, Any]], now: float) -> str:
+    """An array's `EST. LEFT` (`corral jobs` without --expand): the longest of its listed tasks'
+    (a running task's to its estimated end, a pending task's whole run), not the array's total."""
+    lefts = [
+        left for t in tasks if t["state"] in ESTIMATED_STATES and (left := left_seconds(t, now)) is not None
+    ]
+    return "~" + span(max(lefts)) if lefts else ""
 
 
 def span(seconds: float) -> str:
@@ -167,7 +185,21 @@ def show(
         job = corral.job(job_id)
         history = None if as_json or job.get("array") else corral.job_events(job_id)
     if job.get("array") and not as_json:  # a job array as a whole
-        print_fields(show_fields(job))
+        now = time.time()
+        each = estimate_text(dict(job, estimated_end=None), now).replace(
+            "runs about", "each task runs about", 1
+        )
+        end = job.get("estimated_end")
+        print_fields(
+            [
+                *show_fields(job),
+                ("estimate", each or None),
+                (
+                    "running tasks end",
+                    f"about {when(end)} (the last, estimated)" if end is not None else None,
+                ),
+            ]
+        )
         return
     if as_json or history is None:
         print_json(job)

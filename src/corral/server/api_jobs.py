@@ -16,7 +16,13 @@ from corral.server.auth import Principal
 from corral.server.caller import ctx_of, who_of
 from corral.server.context import Context
 from corral.server.errors import MAX_CURSOR, ApiError
-from corral.server.estimated import ESTIMATED, estimate_fields, new_job_fields, new_job_fields_now
+from corral.server.estimated import (
+    ESTIMATED,
+    array_fields,
+    estimate_fields,
+    new_job_fields,
+    new_job_fields_now,
+)
 from corral.server.job_changes import change_job_state
 from corral.server.job_views import PUBLIC_EVENTS
 from corral.server.job_views import no_agents as _no_agents
@@ -73,7 +79,8 @@ async def submit_job(
         metrics.SUBMISSIONS.labels(str(exc.status)).inc()
         raise
     metrics.SUBMISSIONS.labels("201").inc()
-    if not isinstance(made, str):  # a job array (its own object)
+    if not isinstance(made, str):  # a job array (its own object) or a job with a dependency
+        made.update(await run_in_threadpool(_special_estimate, ctx, who, made))
         return made, 201
     estimate = new_job_fields_now(ctx.history, prepared.spec)
     if estimate is None:  # newly finished jobs to read first
@@ -84,6 +91,14 @@ async def submit_job(
 def _new_estimate(ctx: Context, prepared: Any) -> dict[str, Any]:
     with ctx.engines.reader.connect() as conn:
         return new_job_fields(conn, ctx.history, prepared.spec)
+
+
+def _special_estimate(ctx: Context, who: Principal, made: dict[str, Any]) -> dict[str, Any]:
+    """The estimate fields of what `arrays.submit` made: an array's (`array_fields`), a job's."""
+    if made.get("array"):
+        with ctx.engines.reader.connect() as conn:
+            return array_fields(conn, ctx.history, str(made["id"]))
+    return _estimate_of(ctx, who, str(made["id"]), "pending")
 
 
 def _replayed(ctx: Context, who: Principal, job_id: str) -> dict[str, Any]:
@@ -187,7 +202,9 @@ def _array_of(ctx: Context, who: Principal, job_id: str) -> dict[str, Any] | Non
         return None
     with ctx.engines.reader.connect() as conn:
         row = arrays.array_row(conn, job_id, who)
-        return None if row is None else arrays.array_json(conn, row)
+        if row is None:
+            return None
+        return arrays.array_json(conn, row) | array_fields(conn, ctx.history, job_id)
 
 
 def _history(ctx: Context, who: Principal, job_id: str) -> dict[str, Any]:

@@ -14,7 +14,9 @@ which may be older. Estimates are never limits: no job is stopped for outrunning
 Fields (extra fields of the job object, DESIGN.md 4.7; `null` when they do not apply):
 `estimate` (seconds in all), `estimate_drawn_on`, `estimate_basis` (as in `start` events),
 `estimated_end` (Unix time; a starting or running job) and `reserved_start` (Unix time; a
-pending job the scheduler reserved GPUs for: its reason's time).
+pending job the scheduler reserved GPUs for: its reason's time). A job array's object
+(`GET /v1/jobs/{array id}`) carries a task's estimate and its running tasks' latest estimated end
+(`array_fields`).
 """
 
 from __future__ import annotations
@@ -153,6 +155,29 @@ def estimate_fields(
             else:
                 found = estimator.estimate(spec_from_json(r.spec), attained)
             out[r.id] = fields(found, r, ran, start)
+    return out
+
+
+def array_fields(conn: Connection, history: History, array_id: str) -> dict[str, Any]:
+    """A job array's estimate fields: `estimate`, `estimate_drawn_on` and `estimate_basis` of one
+    of its tasks that has not run (the tasks share one spec but for their index), and
+    `estimated_end`: the latest estimated end of its starting or running tasks (None when none
+    runs). An array holds no reservation of its own (`reserved_start` None: its tasks' objects
+    carry theirs). `NO_ESTIMATE` when no task is pending or running."""
+    j = schema.jobs
+    live = conn.execute(select(j).where(j.c.array_id == array_id, j.c.state.in_(ENDING))).all()
+    waiting = conn.execute(
+        select(j).where(j.c.array_id == array_id, j.c.state == "pending").order_by(j.c.seq).limit(1)
+    ).first()
+    if not live and waiting is None:
+        return dict(NO_ESTIMATE)
+    found = estimate_fields(conn, history, live)
+    ends = [f["estimated_end"] for f in found.values() if f["estimated_end"] is not None]
+    some = waiting if waiting is not None else live[0]
+    with history.lock:  # a task that never ran: what a pending task is told
+        whole = history.estimator(conn).estimate(spec_from_json(some.spec))
+    out = fields(whole, _NEW)
+    out["estimated_end"] = max(ends) if ends else None
     return out
 
 
