@@ -51,6 +51,10 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
         state.plan.commit()
         reserve.clear(state, cycle.reservations)
     cycle.remove_started()
+    # a lazy reason of the result refers to its walk, which refers to the cycle: the cycle lets go
+    # of the result, so that no garbage cycle holds each cycle's objects until a collection
+    cycle.result = CycleResult(now)
+    cycle.reasons = cycle.result.reasons
     return result
 
 

@@ -18,6 +18,7 @@ from bisect import bisect_left, insort
 
 from corral.core.jobs import RunningAttempt
 from corral.core.model import JobId, QueueName
+from corral.core.served import Reaching
 
 Group = tuple[QueueName, int]  # (queue, priority value)
 
@@ -41,6 +42,7 @@ class Occupancy:
         "groups",
         "jobs",
         "members",
+        "reaching",
         "sizes",
         "totals",
     )
@@ -61,6 +63,8 @@ class Occupancy:
         # per group, (time of its last checkpoint or start, job id) of each candidate, sorted:
         # kept from the first call of `fresh` on (None: nobody asked)
         self._fresh: dict[Group, list[tuple[float, JobId]]] | None = None
+        # the candidates by when their attained service reaches a level (`served`: `las`)
+        self.reaching = Reaching()
 
     def add_node(self) -> None:
         self.jobs.append({})
@@ -190,8 +194,10 @@ class Occupancy:
         if sign > 0:
             members[spec.id] = attempt
             sizes[spec.gpus] = sizes.get(spec.gpus, 0) + 1
+            self.reaching.join(attempt)
         else:
             del members[spec.id]
+            self.reaching.leave(attempt)
             left = sizes[spec.gpus] - 1
             if left:
                 sizes[spec.gpus] = left

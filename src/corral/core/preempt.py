@@ -27,6 +27,7 @@ from corral.core.occupancy import COUNTED, Group
 from corral.core.placement import NodeMask, Request, place
 from corral.core.plugins import VictimFilter, Victims
 from corral.core.reserved_victims import kept_for_reservations, reserved_short
+from corral.core.served import use_index
 from corral.core.state import ClusterState
 from corral.core.victim_nodes import NodesMemo, on_nodes
 
@@ -117,12 +118,32 @@ def ranked_candidates(
                     kept = [a for a in found[1] if a.candidate == COUNTED]
                     memo[key] = (state.use_version, kept)
                     return kept
-    members = state.occupancy.members
-    attempts = [a for g in ok for a in (few[g] if g in few else members[g].values()) if a.start < now]
+    attempts = _candidates(state, plugin, job, now, ok, few)
     ranked = plugin.rank(job, attempts, state, now) if attempts else []
     if memo is not None and key is not None:
         memo[key] = (state.use_version, ranked)
     return ranked
+
+
+def _candidates(
+    state: ClusterState, plugin: Victims, job: PendingJob, now: float, ok: set[Group], few: Narrowed
+) -> list[RunningAttempt]:
+    """The attempts `ranked_candidates` ranks: of the groups in `ok` (of a narrowed group, its
+    attempts in `few`), not started at `now`. For a plugin with a `service_floor` (a method: the
+    attained service every victim of the job has at least), only those whose service may have
+    reached it (`served.reaching`): the plugin would drop the others."""
+    occupancy = state.occupancy
+    floor_of = getattr(plugin, "service_floor", None) if not few and use_index() else None
+    floor: float | None = None if floor_of is None else floor_of(job)
+    if floor is not None:
+        every = len(occupancy.members) == len(ok)
+        return [
+            a
+            for a in occupancy.reaching.reaching(floor, now)
+            if a.start < now and (every or (a.job.spec.queue, a.job.spec.priority) in ok)
+        ]
+    members = occupancy.members
+    return [a for g in ok for a in (few[g] if g in few else members[g].values()) if a.start < now]
 
 
 _RETRY = Miss.RETRY

@@ -45,6 +45,12 @@ class SameQueue:
             preemptor, queue, priority, state, now
         )
 
+    def service_floor(self, preemptor: PendingJob) -> float | None:
+        """The inner plugin's (`served.reaching`; None when it has none)."""
+        method = getattr(self.inner, "service_floor", None)
+        floor = None if method is None else method(preemptor)
+        return None if floor is None else float(floor)
+
     def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
         return self.inner.order_key(victim, state, now)
 

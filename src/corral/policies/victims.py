@@ -225,6 +225,13 @@ class AttainedService:
         # attained service is per attempt (checked one by one); but nobody is above the top level
         return self._level(preemptor.attained) < len(self.args.thresholds)
 
+    def service_floor(self, preemptor: PendingJob) -> float | None:
+        """Every victim of the preemptor has at least this much attained service (GPU-seconds,
+        `served.reaching`): the floor of the level above its own (None: it is in the top level)."""
+        thresholds = self.args.thresholds
+        mine = bisect_right(thresholds, preemptor.attained)
+        return thresholds[mine] if mine < len(thresholds) else None
+
     def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
         served = victim.job.attained + victim.spec.gpus * (now - victim.start)
         return (-self._level(served), victim.lost_work(now), -victim.start, victim.spec.id)
