@@ -91,6 +91,12 @@ class VictimFilter(Protocol):
     # leaves its `min_runtime`: these say what that does not see). Each returns None by default:
     # a plugin that defines none of them needs no wake beyond that.
 
+    def service_floor(self, preemptor: PendingJob) -> float | None:
+        """The attained service (GPU-seconds) every victim of the preemptor has at least, when the
+        plugin takes only jobs above a level (`las`): rankings then read only the attempts that
+        may have reached it (`core/served.py`). None: no such floor (every candidate is ranked)."""
+        return None
+
     def protection_end(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
         """When an attempt that `group_eligible` does not allow now (it reads only today's
         candidates, e.g. `tiresias`' levels) leaves its `min_runtime` and would then be a victim:

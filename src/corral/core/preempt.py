@@ -129,12 +129,11 @@ def _candidates(
     state: ClusterState, plugin: Victims, job: PendingJob, now: float, ok: set[Group], few: Narrowed
 ) -> list[RunningAttempt]:
     """The attempts `ranked_candidates` ranks: of the groups in `ok` (of a narrowed group, its
-    attempts in `few`), not started at `now`. For a plugin with a `service_floor` (a method: the
-    attained service every victim of the job has at least), only those whose service may have
+    attempts in `few`), not started at `now`. For a plugin with a `service_floor` (the attained service
+    every victim of the job has at least; `VictimFilter`), only those whose service may have
     reached it (`served.reaching`): the plugin would drop the others."""
     occupancy = state.occupancy
-    floor_of = getattr(plugin, "service_floor", None) if not few and use_index() else None
-    floor: float | None = None if floor_of is None else floor_of(job)
+    floor = plugin.service_floor(job) if not few and use_index() else None
     if floor is not None:
         every = len(occupancy.members) == len(ok)
         return [

@@ -47,9 +47,7 @@ class SameQueue:
 
     def service_floor(self, preemptor: PendingJob) -> float | None:
         """The inner plugin's (`served.reaching`; None when it has none)."""
-        method = getattr(self.inner, "service_floor", None)
-        floor = None if method is None else method(preemptor)
-        return None if floor is None else float(floor)
+        return self.inner.service_floor(preemptor)
 
     def order_key(self, victim: RunningAttempt, state: ClusterState, now: float) -> tuple[object, ...]:
         return self.inner.order_key(victim, state, now)

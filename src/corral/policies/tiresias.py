@@ -235,6 +235,9 @@ class Tiresias:
             i -= 1
         return found
 
+    def service_floor(self, preemptor: PendingJob) -> float | None:
+        return None  # its levels read the queue's own attempts and reclaim takes any: no floor
+
     def protection_end(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
         """When the first attempt of its own queue and class that will then be below level 0
         leaves its minimum run time (`Preemption._until`: the cycle is due then; `group_eligible`

@@ -88,6 +88,9 @@ class PriorityReclaim:
     ) -> bool:
         return reclaim_permit(self.args, preemptor, victims, state)
 
+    def service_floor(self, preemptor: PendingJob) -> float | None:
+        return None  # no floor of attained service: every candidate is ranked
+
     def protection_end(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
         return None  # `group_eligible` sees every group it may take from: the core's wake suffices
 
