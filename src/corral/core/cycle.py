@@ -219,6 +219,23 @@ class _Cycle:
         per_limit = why_text.PerLimit.of(why, self.now, spec.time_limit)
         return None if per_limit is None else Verdict(CAPACITY, per_limit.reason, per_limit, part)
 
+    def tell(self, job: PendingJob, verdict: Verdict) -> None:
+        """What `consider` does for a job whose `family_verdict` is `verdict` (asked just now)
+        and that no backfill window could hold: the reason, and the verdict and blocked shape it
+        records (a repeated answer comes first; `_reserve` keeps the reason: the queue has its
+        reservation, or none is taken)."""
+        spec, version = job.spec, self.state.use_version
+        why = verdict.reason  # (a `PerLimit`'s: the sentence of this job)
+        if verdict.kind == CAPACITY:
+            shape = (job.shape, spec.queue, spec.priority, spec.time_limit)
+            cached = self._blocked(job, shape)
+            if cached is None:
+                self.blocked[shape] = why
+            else:
+                why = cached
+        self.reasons[spec.id] = why
+        self.verdicts[job.verdict_key] = (version, why)
+
     def _part(self, job: PendingJob) -> int | None:
         """What a protection sentence reads of `job` beyond its family (None: nothing more)."""
         victims = self.profile.victims

@@ -48,6 +48,11 @@ class Judge(Protocol):
         that is the same for all of them (None: they must be looked at)."""
         ...
 
+    def tell(self, job: PendingJob, verdict: Verdict) -> None:
+        """Tell `job` what `consider` would, `verdict` being its `family_verdict` just now (and
+        it no job a backfill window could hold), with what the cycle remembers of that look."""
+        ...
+
     def backfill_end(self) -> float | None:
         """The latest time by which a job must end for its backfill attempt to change anything."""
         ...

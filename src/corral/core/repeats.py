@@ -48,6 +48,7 @@ from corral.core.reasons import PerLimit
 
 MANY_SHAPES = 512  # above this many families in one walk, looking at each job costs less
 FEW_JOBS = 8  # up to this many jobs in one walk, looking at each job costs less
+AHEAD = True  # a family's verdict known before its first look spares the look (tests turn it off)
 
 
 class Walk:
@@ -115,6 +116,8 @@ class Walk:
                     self._repeats(fam, job, verdict[1])
                     self._push(fam)
                     continue
+                if AHEAD and self._ahead(fam, job, key):
+                    continue
             self.at = key
             self.last = (fam, job)
             return key
@@ -164,8 +167,36 @@ class Walk:
                 self._push(fam)
         self.passive = []
 
-    def _settle(self, fam: Family, job: PendingJob) -> None:
-        """A look changed nothing: the family may now have a verdict for the rest of the epoch."""
+    def _ahead(self, fam: Family, job: PendingJob, key: Key) -> bool:
+        """A job about to be handed out for a look whose family's verdict is known already
+        (`Judge.family_verdict`: looking at it would tell it that and change nothing) and that no
+        backfill window could hold: told what the look would tell it, with the cycle's memory
+        of it (`Judge.tell`), and its family settled as after that look; True if so."""
+        if job.is_flagged(self.now):
+            return False
+        judge = self.judge
+        verdict = judge.family_verdict(job)
+        if verdict is None:
+            return False
+        if verdict.kind == CAPACITY:
+            limit = job.spec.time_limit
+            end = None if limit is None else judge.backfill_end()
+            if (
+                limit is not None
+                and end is not None
+                and self.now + limit <= end
+                and self.first_blocked(job, blocked_key(job)) is None
+            ):
+                return False  # its backfill attempt may start it: a look
+        self.at = key  # (as if handed out: the jobs passed before it count as passed)
+        judge.tell(job, verdict)
+        self.passed += 1
+        self._settle(fam, job, verdict)
+        return True
+
+    def _settle(self, fam: Family, job: PendingJob, known: Verdict | None = None) -> None:
+        """A look changed nothing: the family may now have a verdict for the rest of the epoch
+        (`known`: `Judge.family_verdict(job)`, asked already)."""
         if fam.verdict is None:
             verdict = None
             if len(fam.queue.by_verdict.get(job.verdict_key, ())) == len(fam.keys):
@@ -173,7 +204,7 @@ class Walk:
                 if found is not None and self.epoch is not None and found[0] == self.epoch[0]:
                     verdict = Verdict(REPEAT, found[1])  # its only verdict key repeats an answer
             if verdict is None:
-                verdict = self.judge.family_verdict(job)
+                verdict = known if known is not None else self.judge.family_verdict(job)
             if verdict is not None:
                 fam.verdict = verdict
                 self.passive.append(fam)
