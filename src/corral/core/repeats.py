@@ -55,7 +55,9 @@ class Walk:
     """The pending jobs of some queues, in their merged order (one queue: its own order)."""
 
     def __init__(self, queues: list[QueueState], judge: Judge, jobs: dict[JobId, PendingJob]) -> None:
-        self.judge = judge
+        self._judge: Judge | None = judge  # (let go of when the walk is over: `finish`)
+        self.blocked = judge.blocked  # what `first_blocked` reads, kept past the walk
+        self.state = judge.state
         self.jobs = jobs
         self.now = now = judge.now
         self.families: list[Family] = []
@@ -83,6 +85,13 @@ class Walk:
         self.bases: dict[tuple[object, ...], list[Family]] | None = None
         self.done = False  # finished: every job was passed or looked at
         self.capacity_seen = False  # some family was passive as blocked by capacity
+
+    @property
+    def judge(self) -> Judge:
+        """The cycle, while the walk goes on."""
+        judge = self._judge
+        assert judge is not None, "the walk is over"
+        return judge
 
     # ---- the walk ------------------------------------------------------------------------
     def next(self) -> Key | None:
@@ -130,7 +139,7 @@ class Walk:
         reasons = self.judge.reasons
         by_base: dict[tuple[object, ...], set[Reason]] = {}
         if any(fam.runs for fam in self.families):
-            for shape, reason in self.judge.blocked.items():
+            for shape, reason in self.blocked.items():
                 if isinstance(shape, tuple):
                     by_base.setdefault(shape[:3], set()).add(reason)
         uniform_of: dict[tuple[object, ...], Reason | None] = {}  # per (shape, queue, class)
@@ -150,6 +159,10 @@ class Walk:
                 else:  # resolved when read (the simulator never reads them)
                     reasons.add_lazy_run(keys, _FirstBlocked(self, told))
         self.done = True
+        # the cycle holds the result that holds those runs: without this, each cycle's objects
+        # would form a reference cycle, left to the cyclic collector (on `overload128`, 2.3 M
+        # objects and a third of the replay's CPU)
+        self._judge = None
 
     def _cut(self, everything: bool = False) -> None:
         """The epoch changed (or the walk ended): passive families' jobs up to the last job handed
@@ -315,7 +328,7 @@ class Walk:
     def first_blocked(self, job: PendingJob, shape: Hashable) -> Reason | None:
         """What the first job of `job`'s (shape, queue, class, time limit) blocked by capacity in
         this cycle was told, so far (None: none was); found in the runs, then remembered."""
-        blocked = self.judge.blocked
+        blocked = self.blocked
         found = blocked.get(shape)
         if found is not None or not self.capacity_seen:
             return found  # (no family was passive as blocked by capacity: no run to look in)
@@ -363,7 +376,7 @@ class Walk:
 
     def _twin_key(self, job: PendingJob, preemptible: bool) -> int | None:
         """The verdict key of `job`'s (shape, time limit) with the other preemptibility, if any."""
-        return self.judge.state.interned((blocked_key(job), preemptible))
+        return self.state.interned((blocked_key(job), preemptible))
 
     def _uniform(
         self, first: PendingJob, base: tuple[object, ...], by_base: dict[tuple[object, ...], set[Reason]]
