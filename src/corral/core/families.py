@@ -43,7 +43,7 @@ class Judge(Protocol):
 
     def epoch(self) -> Epoch: ...
 
-    def family_verdict(self, job: PendingJob) -> Verdict | None:
+    def family_verdict(self, job: PendingJob, ahead: bool = False) -> Verdict | None:
         """What an ordinary job of `job`'s family that repeats no verdict would be told now, if
         that is the same for all of them (None: they must be looked at)."""
         ...

@@ -188,7 +188,7 @@ class Walk:
         if job.is_flagged(self.now):
             return False
         judge = self.judge
-        verdict = judge.family_verdict(job)
+        verdict = judge.family_verdict(job, ahead=True)
         if verdict is None:
             return False
         if verdict.kind == CAPACITY:
