@@ -169,18 +169,25 @@ class _Cycle:
         queue's counted GPUs change, a reservation is made, or preemption is deferred."""
         return (self.state.use_version, self.reservation_gen, self.preemption.deferred)
 
-    def family_verdict(self, job: PendingJob) -> Verdict | None:
+    def family_verdict(self, job: PendingJob, ahead: bool = False) -> Verdict | None:
         """What `consider` would tell an ordinary job of `job`'s family that repeats no verdict and
         whose (shape, time limit) is not blocked yet, if it cannot start (None: it may start, or
         looking at it would change the cycle's memory: a victim search, a reservation, the next
         wake). A sentence that names when the job would end comes with a `PerLimit` that gives
         each job its own. Changes nothing. Admission plugins do not read the time limit
-        (`plugins.Admit`)."""
+        (`plugins.Admit`). `ahead` (asked before a look, `repeats.Walk._ahead`): None at once
+        while a victim search may still run for the job (the usual None, told cheaply)."""
         state, profile, spec = self.state, self.profile, job.spec
         queue = state.queues[spec.queue]
         victims = profile.victims
         if victims is not None and not victims.groups_by_family and not hasattr(victims, "family_part"):
             return None  # a plugin that cannot say what else it reads: look at every job
+        if (
+            ahead
+            and victims is not None
+            and self.preemption.may_search_later(self, self.preemption.no_victims, job)
+        ):
+            return None
         for admit in profile.admits:
             why = admit.admit(job, queue, state)
             if why is not None:
@@ -222,6 +229,23 @@ class _Cycle:
         # the sentence names when each job would end: its own time limit, filled in when read
         per_limit = why_text.PerLimit.of(why, self.now, spec.time_limit)
         return None if per_limit is None else Verdict(CAPACITY, per_limit.reason, per_limit, part)
+
+    def tell(self, job: PendingJob, verdict: Verdict) -> None:
+        """What `consider` does for a job whose `family_verdict` is `verdict` (asked just now)
+        and that no backfill window could hold: the reason, and the verdict and blocked shape it
+        records (a repeated answer comes first; `_reserve` keeps the reason: the queue has its
+        reservation, or none is taken)."""
+        spec, version = job.spec, self.state.use_version
+        why = verdict.reason  # (a `PerLimit`'s: the sentence of this job)
+        if verdict.kind == CAPACITY:
+            shape = (job.shape, spec.queue, spec.priority, spec.time_limit)
+            cached = self._blocked(job, shape)
+            if cached is None:
+                self.blocked[shape] = why
+            else:
+                why = cached
+        self.reasons[spec.id] = why
+        self.verdicts[job.verdict_key] = (version, why)
 
     def _part(self, job: PendingJob) -> int | None:
         """What a protection sentence reads of `job` beyond its family (None: nothing more)."""

@@ -43,9 +43,14 @@ class Judge(Protocol):
 
     def epoch(self) -> Epoch: ...
 
-    def family_verdict(self, job: PendingJob) -> Verdict | None:
+    def family_verdict(self, job: PendingJob, ahead: bool = False) -> Verdict | None:
         """What an ordinary job of `job`'s family that repeats no verdict would be told now, if
         that is the same for all of them (None: they must be looked at)."""
+        ...
+
+    def tell(self, job: PendingJob, verdict: Verdict) -> None:
+        """Tell `job` what `consider` would, `verdict` being its `family_verdict` just now (and
+        it no job a backfill window could hold), with what the cycle remembers of that look."""
         ...
 
     def backfill_end(self) -> float | None:

@@ -48,13 +48,16 @@ from corral.core.reasons import PerLimit
 
 MANY_SHAPES = 512  # above this many families in one walk, looking at each job costs less
 FEW_JOBS = 8  # up to this many jobs in one walk, looking at each job costs less
+AHEAD = True  # a family's verdict known before its first look spares the look (tests turn it off)
 
 
 class Walk:
     """The pending jobs of some queues, in their merged order (one queue: its own order)."""
 
     def __init__(self, queues: list[QueueState], judge: Judge, jobs: dict[JobId, PendingJob]) -> None:
-        self.judge = judge
+        self._judge: Judge | None = judge  # (let go of when the walk is over: `finish`)
+        self.blocked = judge.blocked  # what `first_blocked` reads, kept past the walk
+        self.state = judge.state
         self.jobs = jobs
         self.now = now = judge.now
         self.families: list[Family] = []
@@ -82,6 +85,13 @@ class Walk:
         self.bases: dict[tuple[object, ...], list[Family]] | None = None
         self.done = False  # finished: every job was passed or looked at
         self.capacity_seen = False  # some family was passive as blocked by capacity
+
+    @property
+    def judge(self) -> Judge:
+        """The cycle, while the walk goes on."""
+        judge = self._judge
+        assert judge is not None, "the walk is over"
+        return judge
 
     # ---- the walk ------------------------------------------------------------------------
     def next(self) -> Key | None:
@@ -115,6 +125,8 @@ class Walk:
                     self._repeats(fam, job, verdict[1])
                     self._push(fam)
                     continue
+                if AHEAD and self._ahead(fam, job, key):
+                    continue
             self.at = key
             self.last = (fam, job)
             return key
@@ -127,7 +139,7 @@ class Walk:
         reasons = self.judge.reasons
         by_base: dict[tuple[object, ...], set[Reason]] = {}
         if any(fam.runs for fam in self.families):
-            for shape, reason in self.judge.blocked.items():
+            for shape, reason in self.blocked.items():
                 if isinstance(shape, tuple):
                     by_base.setdefault(shape[:3], set()).add(reason)
         uniform_of: dict[tuple[object, ...], Reason | None] = {}  # per (shape, queue, class)
@@ -147,6 +159,10 @@ class Walk:
                 else:  # resolved when read (the simulator never reads them)
                     reasons.add_lazy_run(keys, _FirstBlocked(self, told))
         self.done = True
+        # the cycle holds the result that holds those runs: without this, each cycle's objects
+        # would form a reference cycle, left to the cyclic collector (on `overload128`, 2.3 M
+        # objects and a third of the replay's CPU)
+        self._judge = None
 
     def _cut(self, everything: bool = False) -> None:
         """The epoch changed (or the walk ended): passive families' jobs up to the last job handed
@@ -164,8 +180,36 @@ class Walk:
                 self._push(fam)
         self.passive = []
 
-    def _settle(self, fam: Family, job: PendingJob) -> None:
-        """A look changed nothing: the family may now have a verdict for the rest of the epoch."""
+    def _ahead(self, fam: Family, job: PendingJob, key: Key) -> bool:
+        """A job about to be handed out for a look whose family's verdict is known already
+        (`Judge.family_verdict`: looking at it would tell it that and change nothing) and that no
+        backfill window could hold: told what the look would tell it, with the cycle's memory
+        of it (`Judge.tell`), and its family settled as after that look; True if so."""
+        if job.is_flagged(self.now):
+            return False
+        judge = self.judge
+        verdict = judge.family_verdict(job, ahead=True)
+        if verdict is None:
+            return False
+        if verdict.kind == CAPACITY:
+            limit = job.spec.time_limit
+            end = None if limit is None else judge.backfill_end()
+            if (
+                limit is not None
+                and end is not None
+                and self.now + limit <= end
+                and self.first_blocked(job, blocked_key(job)) is None
+            ):
+                return False  # its backfill attempt may start it: a look
+        self.at = key  # (as if handed out: the jobs passed before it count as passed)
+        judge.tell(job, verdict)
+        self.passed += 1
+        self._settle(fam, job, verdict)
+        return True
+
+    def _settle(self, fam: Family, job: PendingJob, known: Verdict | None = None) -> None:
+        """A look changed nothing: the family may now have a verdict for the rest of the epoch
+        (`known`: `Judge.family_verdict(job)`, asked already)."""
         if fam.verdict is None:
             verdict = None
             if len(fam.queue.by_verdict.get(job.verdict_key, ())) == len(fam.keys):
@@ -173,7 +217,7 @@ class Walk:
                 if found is not None and self.epoch is not None and found[0] == self.epoch[0]:
                     verdict = Verdict(REPEAT, found[1])  # its only verdict key repeats an answer
             if verdict is None:
-                verdict = self.judge.family_verdict(job)
+                verdict = known if known is not None else self.judge.family_verdict(job)
             if verdict is not None:
                 fam.verdict = verdict
                 self.passive.append(fam)
@@ -284,7 +328,7 @@ class Walk:
     def first_blocked(self, job: PendingJob, shape: Hashable) -> Reason | None:
         """What the first job of `job`'s (shape, queue, class, time limit) blocked by capacity in
         this cycle was told, so far (None: none was); found in the runs, then remembered."""
-        blocked = self.judge.blocked
+        blocked = self.blocked
         found = blocked.get(shape)
         if found is not None or not self.capacity_seen:
             return found  # (no family was passive as blocked by capacity: no run to look in)
@@ -332,7 +376,7 @@ class Walk:
 
     def _twin_key(self, job: PendingJob, preemptible: bool) -> int | None:
         """The verdict key of `job`'s (shape, time limit) with the other preemptibility, if any."""
-        return self.judge.state.interned((blocked_key(job), preemptible))
+        return self.state.interned((blocked_key(job), preemptible))
 
     def _uniform(
         self, first: PendingJob, base: tuple[object, ...], by_base: dict[tuple[object, ...], set[Reason]]
