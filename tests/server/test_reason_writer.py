@@ -5,6 +5,7 @@ a job's newest row is written last."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,5 +68,21 @@ def test_retain_and_close_drop_what_is_queued() -> None:
             writer.close()
         writer.put([(change("f", "capacity", True), 0)], t=3.0)  # closed: ignored
         assert writer.queued() == 0 and [r[0] for r in rows(writer)] == ["b", "d"]
+    finally:
+        writer.close()
+
+
+def test_the_time_spent_writing_is_counted_for_the_pacing_of_looks() -> None:
+    class Slow(Recording):
+        def _write(self, chunk: Sequence[Queued]) -> None:
+            time.sleep(0.05)
+            super()._write(chunk)
+
+    writer = Slow(rows=1)
+    try:
+        writer.put([(change(j, "capacity", True), 0) for j in "ab"], t=1.0)
+        assert writer.flush(timeout=10)
+        assert writer.take_spent() >= 0.1  # two chunks of at least 50 ms each
+        assert writer.take_spent() == 0.0  # taken
     finally:
         writer.close()

@@ -19,7 +19,10 @@ behind them. Here:
   writer waits for one: the two can never deadlock, and a decision waits at most for the one
   chunk under way.
 - **Decisions first.** While the scheduler commits decisions (`held`), the writer starts no new
-  chunk.
+  chunk. The time it spends writing counts toward the scheduler's pacing of looks (`take_spent`,
+  server/pacing.py: a look no sooner than 10 times what the last look and its writes took), so
+  the reasons take about a tenth of the database's writer at most, as when they were written in
+  the scheduler's own thread, and leave the rest to the API (submissions) and the decisions.
 - **Fenced per row.** A row is written only to a job still pending at the attempt the scheduler
   saw when it looked (`jobs.state`, `jobs.attempt`), and its history line only with it: a job
   that started (or ended, or started and came back) since is never given the stale reason.
@@ -83,6 +86,7 @@ class ReasonWriter:
         self._held = 0  # decisions being committed: no new chunk until they are
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._spent = 0.0  # seconds spent writing since `take_spent`
 
     def put(self, changes: Iterable[tuple[ReasonChange, int]], t: float) -> None:
         """Queue these rows (change, the job's attempts), each replacing the job's queued one."""
@@ -109,6 +113,12 @@ class ReasonWriter:
     def queued(self) -> int:
         with self._cond:
             return len(self._queue)
+
+    def take_spent(self) -> float:
+        """Seconds spent writing since the last call (the scheduler's pacing of looks counts them)."""
+        with self._cond:
+            spent, self._spent = self._spent, 0.0
+            return spent
 
     def check(self) -> None:
         """Raise `Deposed` when a write found the lease gone."""
@@ -159,6 +169,7 @@ class ReasonWriter:
                 queue = self._queue
                 chunk = [queue.popitem(last=False)[1] for _ in range(min(self.rows, len(queue)))]
                 self._busy = True
+            began = time.monotonic()
             try:
                 self._write(chunk)
             except Deposed as exc:
@@ -174,11 +185,13 @@ class ReasonWriter:
                 with self._cond:
                     for row in chunk:
                         self._queue.setdefault(row.change.job, row)
+                    self._spent += time.monotonic() - began
                     self._busy = False
                     self._cond.notify_all()
                     self._cond.wait(RETRY)
                 continue
             with self._cond:
+                self._spent += time.monotonic() - began
                 self._busy = False
                 drained = not self._queue
                 self._cond.notify_all()
