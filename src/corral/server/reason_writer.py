@@ -19,10 +19,12 @@ behind them. Here:
   writer waits for one: the two can never deadlock, and a decision waits at most for the one
   chunk under way.
 - **Decisions first.** While the scheduler commits decisions (`held`), the writer starts no new
-  chunk. The time it spends writing counts toward the scheduler's pacing of looks (`take_spent`,
+  chunk, and after each chunk it leaves the lock to others as long as the chunk took (at most
+  `PAUSE_MAX`): a long write of reasons holds at most about half of the database's writer. The
+  time it spends writing counts toward the scheduler's pacing of looks (`take_spent`,
   server/pacing.py: a look no sooner than 10 times what the last look and its writes took), so
-  the reasons take about a tenth of the database's writer at most, as when they were written in
-  the scheduler's own thread, and leave the rest to the API (submissions) and the decisions.
+  the reasons take about a tenth of the database's writer over time, as when they were written
+  in the scheduler's own thread, and leave the rest to the API (submissions) and the decisions.
 - **Fenced per row.** A row is written only to a job still pending at the attempt the scheduler
   saw when it looked (`jobs.state`, `jobs.attempt`), and its history line only with it: a job
   that started (or ended, or started and came back) since is never given the stale reason.
@@ -55,6 +57,9 @@ log = logging.getLogger("corral.scheduler")
 
 ROWS = 500  # rows a transaction: tens of ms on PostgreSQL, what a decision may wait for
 RETRY = 1.0  # seconds before a chunk that failed (the database away) is tried again
+# after a chunk, the writer leaves the database's writer lock to others (the API's submissions,
+# the decisions) at least as long as the chunk took, at most PAUSE_MAX: half of it at most
+PAUSE_MAX = 0.25
 
 
 class Queued(NamedTuple):
@@ -191,10 +196,14 @@ class ReasonWriter:
                     self._cond.wait(RETRY)
                 continue
             with self._cond:
-                self._spent += time.monotonic() - began
+                took = time.monotonic() - began
+                self._spent += took
                 self._busy = False
                 drained = not self._queue
                 self._cond.notify_all()
+                resume = time.monotonic() + min(took, PAUSE_MAX)
+                while not drained and not self._closed and (left := resume - time.monotonic()) > 0:
+                    self._cond.wait(left)
             if drained:
                 try:
                     self.ring()
