@@ -136,6 +136,7 @@ class ServerScenario:
         self.scheduler = Scheduler(self.engines, clock=self.clock)  # the policy: from the revision
         self.scheduler.reason_flush = 0.0  # every step's reasons are checked: write them at once
         self.opened += [self.scheduler.doorbell.close, self.scheduler.api_bell.close]
+        self.opened.append(self.scheduler.reason_writer.close)  # its thread, before the bells
         self.scheduler.reload()
 
     def close(self) -> None:
@@ -270,6 +271,7 @@ class ServerScenario:
         for entry in step.get("submit", []):
             self.submit(entry)
         self.scheduler.step(force=True)
+        assert self.scheduler.reason_writer.flush(), f"{self.where}: reasons not written"
         assert self.scheduler.state is not None
         check_no_double_allocation(self.scheduler.state)
         orders = self.poll_orders()

@@ -1,20 +1,25 @@
 """Waiting jobs' reasons are soft state written after the decisions (issue 15): a cycle's starts,
 and the start orders agents read, commit in a transaction of their own, never behind the reasons
-of a long backlog; the reasons follow in a later transaction, fenced by the leader lease like
-every decision. Through the API in process and a real `Scheduler` on SQLite and PostgreSQL."""
+of a long backlog; the reasons follow in later transactions of the reason writer's thread
+(server/reason_writer.py), fenced by the leader lease like every decision, and a later cycle's
+starts commit while a long write of reasons is still under way. Through the API in process and
+a real `Scheduler` on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import REGISTRY
 from sqlalchemy import event, func, select
 
 from corral.server.leader import Deposed, Lease
+from corral.server.reason_writer import Queued
 from corral.store import schema
 from corral.store.engine import side_engine
 from tests.scenarios.test_scenarios_server import ServerScenario
@@ -78,6 +83,7 @@ def test_starts_commit_before_and_apart_from_the_reasons(scenario: ServerScenari
     seen = Transactions(scenario)
     try:
         scenario.scheduler.step(force=True)
+        assert scenario.scheduler.reason_writer.flush()
     finally:
         seen.close()
     starts = seen.index("INSERT INTO OUTBOX")  # the start order the agent reads
@@ -103,14 +109,72 @@ def test_a_deposed_scheduler_writes_no_reason(scenario: ServerScenario) -> None:
         scheduler.lease = a
         submit(scenario, "first", 8)
         scheduler.step(force=True)  # the start and then the reasons, both fenced: a leads
+        assert scheduler.reason_writer.flush()
         assert scenario.job("first")["state"] == "starting"
         a._stop.set()  # no renewals: as if paused or cut off
         time.sleep(1.1)
         assert b.try_acquire() and b.epoch == 2
         submit(scenario, "later", 8)  # nothing to decide for it: only its reason to write
+        scheduler.step(force=True)  # its reason queued; the writer's fence refuses it
         with pytest.raises(Deposed, match="epoch 2 replaced epoch 1"):
-            scheduler.step(force=True)
+            scheduler.reason_writer.flush()
+        with pytest.raises(Deposed, match="epoch 2 replaced epoch 1"):
+            scheduler.step(force=True)  # and the scheduler stops deciding
         assert stored_reason(scenario, "later") == ("", 0)  # nothing written by the deposed `a`
     finally:
         for lease in (a, b):
             lease.close()
+
+
+def stored_reasons(scenario: ServerScenario) -> dict[str, tuple[str, str, str]]:
+    """Every job's state, reason code and sentence, as stored."""
+    j = schema.jobs
+    with scenario.engines.reader.connect() as conn:
+        rows = conn.execute(select(j.c.id, j.c.state, j.c.reason_code, j.c.reason)).all()
+    return {r.id: (r.state, r.reason_code, r.reason) for r in rows}
+
+
+def test_a_start_commits_while_a_long_write_of_reasons_is_under_way(scenario: ServerScenario) -> None:
+    scheduler, writer = scenario.scheduler, scenario.scheduler.reason_writer
+    submit(scenario, "first", 8)
+    scheduler.step(force=True)
+    assert writer.flush() and scenario.job("first")["state"] == "starting"
+    scenario.poll_orders()  # its agent reports it running
+    submit(scenario, "next", 8)  # the next to start, when the first ends
+    scenario.submit({"id": "many", "gpus_per_replica": 1, "time_limit": "1h", "array": "0-599"})
+    writer.rows = 50  # 601 reasons: 13 transactions
+    taken, go = threading.Event(), threading.Event()
+    chunks: list[list[str]] = []
+    write = writer._write
+
+    def held_up(chunk: Sequence[Queued]) -> None:  # the first chunk waits, taken and not yet written
+        taken.set()
+        assert go.wait(30)
+        chunks.append([row.change.job for row in chunk])
+        write(chunk)
+
+    writer._write = held_up  # type: ignore[method-assign]
+    rows_before = REGISTRY.get_sample_value("corral_reason_rows_total") or 0.0
+    scheduler.step(force=True)  # nothing starts: 601 waiting jobs' first reasons to write
+    assert taken.wait(30)
+    assert writer.queued() == 601 - 50
+    stored = stored_reasons(scenario)
+    nxt = scenario.ids["next"]
+    assert stored[nxt] == ("pending", "", ""), stored[nxt]  # none written yet
+    scenario.exited("first", 0, told_to_stop=False)
+    scheduler.step(force=True)  # the first ends and the next starts: committed, the reasons still queued
+    assert scenario.job("first")["state"] == "finished"
+    assert scenario.job("next")["state"] == "starting"
+    assert writer.queued() > 0 and not chunks  # the write of reasons still under way: none written
+    go.set()
+    assert writer.flush()
+    assert any(nxt in chunk for chunk in chunks)  # its waiting reason of the cycle before was written ...
+    assert stored_reason(scenario, "next") == ("", 0)  # ... to nothing: it had started (no history line)
+    stored = stored_reasons(scenario)
+    waiting = {job: row for job, row in stored.items() if row[0] == "pending"}
+    assert len(waiting) == 600  # `next` took the node
+    for job, (_, code, message) in waiting.items():
+        known = scheduler.reasons.known[job]
+        assert (code, message) == (known[0], known[1]) and code, (job, code, message)
+    written = (REGISTRY.get_sample_value("corral_reason_rows_total") or 0.0) - rows_before
+    assert written >= len(waiting)

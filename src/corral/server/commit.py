@@ -5,9 +5,9 @@ the scheduler saw, and its nodes are still up; "preempt K and L for J" commits o
 and the unique index on live allocations makes a GPU given twice a database error. Never a
 global version check. Each group runs in a SAVEPOINT of the scheduler's one transaction per
 cycle (group commit); a group whose guard fails is dropped and reported, and the scheduler
-rebuilds its memory from the database before the next cycle. Waiting jobs' reasons
-(`Batch.reasons`) are written in a later transaction of their own (scheduler.py), never with
-the decisions: a start order is never held back by the reasons of a long backlog.
+rebuilds its memory from the database before the next cycle. Waiting jobs' reasons are never
+written with the decisions: a thread of the scheduler writes them in short transactions of their
+own (server/reason_writer.py), so a start order is never held back by a long backlog's reasons.
 
 Starts and endings, the bulk of a busy cycle, are written many at once (`Batch.groups`): one
 savepoint and a few executemany statements for all of them, each guard checked for every item
@@ -32,7 +32,6 @@ from corral.protocol import StopWhy, start_order, stop_order
 from corral.server.allocations import master_ports, record
 from corral.server.attempts import Stop, stop_attempt
 from corral.server.endings import Ending
-from corral.server.reasons import ReasonChange
 from corral.store import schema
 from corral.store.engine import append_events, dumps
 
@@ -220,25 +219,6 @@ class Batch:
         if changed != 1:
             raise GuardFailed(f"reject {job}: no longer pending")
         self.events([reject_line(self.now, job, reason)])
-
-    def reasons(self, changes: Sequence[ReasonChange]) -> None:
-        """Persist changed reasons of pending jobs; a new code also goes to the reason history."""
-        if not changes:
-            return
-        j = schema.jobs
-        self.conn.execute(
-            update(j)
-            .where(j.c.id == bindparam("job_id"), j.c.state == "pending")
-            .values(reason_code=bindparam("code"), reason=bindparam("message"), reason_at=bindparam("at")),
-            [{"job_id": c.job, "code": c.code, "message": c.message, "at": c.at} for c in changes],
-        )
-        history = [
-            {"job_id": c.job, "t": self.now, "code": c.code, "message": c.message, "at": c.at}
-            for c in changes
-            if c.new_code
-        ]
-        if history:
-            self.conn.execute(insert(schema.reasons), history)
 
     # ---- endings --------------------------------------------------------------------------
     def ends(self, items: Sequence[EndItem]) -> None:

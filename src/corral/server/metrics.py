@@ -35,3 +35,9 @@ STALE_COMMITS_REFUSED = Counter(
     "corral_stale_commits_refused",
     "Scheduler commits refused: the lease was no longer this scheduler's (a newer epoch, or not renewed)",
 )
+REASON_WRITE_SECONDS = Histogram(
+    "corral_reason_write_seconds",
+    "Duration of one transaction writing waiting jobs' reasons (a chunk of at most 500 rows)",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+REASON_ROWS = Counter("corral_reason_rows_total", "Waiting jobs' reasons written (rows of the jobs table)")

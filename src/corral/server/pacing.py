@@ -1,8 +1,9 @@
 """How often the scheduler process works: a cycle at most every `MIN_CYCLE_INTERVAL`, and no
 sooner than it took again (`CYCLE_DUTY`, capped at `MAX_CYCLE_PAUSE`), so a flood of rings is
 gathered into one cycle; waiting jobs' reasons looked at and written at most every `REASON_FLUSH`
-seconds, after the decisions (which never wait for them), so that under a flood of submissions or
-a long backlog SQLite's one write lock stays the API's and the decisions'."""
+seconds, after the decisions (which never wait for them; a thread writes them, server/reason_writer.py),
+so that under a flood of submissions or a long backlog SQLite's one write lock stays the API's
+and the decisions'."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ changed. The cycle's reasons come as the core's runs of jobs that share one reas
 tuple, so the book compares what was written with a reason once per run of jobs that share both
 (`_Look`): a look at 100,000 waiting jobs costs a dict lookup per job, about 10 ms, whatever
 changed. The scheduler takes one at most every `pacing.REASON_FLUSH` seconds, after the cycle's
-decisions are committed.
+decisions are committed, and queues what changed to its writer's thread (server/reason_writer.py).
 
 What is written: a reason whose code changes, or whose sentence changes in anything but the
 clock times it names (free GPUs, what holds them, a reservation's owner), at once. A reason

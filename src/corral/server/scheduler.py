@@ -4,7 +4,8 @@ It keeps the scheduling state in memory (built from the database at start), tail
 (`events`, public and `x.` kinds) for what others wrote (submissions, cancels, holds, agent
 reports, node and configuration changes), runs `corral.core.cycle.schedule` when something
 changed, and commits the cycle's decisions in guarded groups in one transaction; waiting
-jobs' reasons, soft state, follow in a transaction of their own (server/reasons.py). It sleeps on
+jobs' reasons, soft state, are queued to a thread that writes them in short transactions of
+their own (server/reasons.py says which changed, server/reason_writer.py writes them). It sleeps on
 a doorbell (a UDP datagram the API sends after each commit), not on a fixed poll, or until the
 last cycle's `next_wake` (the core's earliest time at which an input of its decisions changes
 by itself: a backoff or a victim's min_runtime ends, a reservation begins) or a restart
@@ -32,6 +33,7 @@ from sqlalchemy import Connection
 from corral.core import reasons as why_text
 from corral.core.cycle import schedule
 from corral.core.decisions import CycleResult, Preempt
+from corral.core.model import JobId
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
 from corral.server import metrics
@@ -47,7 +49,8 @@ from corral.server.journal_apply import JournalApplier
 from corral.server.leader import Deposed, Lease
 from corral.server.learned import learned
 from corral.server.pacing import Pacing
-from corral.server.reasons import ReasonBook, ReasonChange
+from corral.server.reason_writer import ReasonWriter
+from corral.server.reasons import ReasonBook
 from corral.server.restore import unapplied_exits
 from corral.store.engine import Engines
 
@@ -87,6 +90,8 @@ class Scheduler(JournalApplier):
         self.timers: list[float] = []
         self.wake = math.inf  # the last cycle's `next_wake`
         self.reasons = ReasonBook()
+        # writes the reasons the book says changed, in a thread of its own, fenced like a decision
+        self.reason_writer = ReasonWriter(engines, self.fence, self.api_bell.ring)
         self.cycles = 0
         self.replay: list[Any] = []  # journal entries behind the cursor still to apply (after a reload)
         self.revision = -1
@@ -135,6 +140,7 @@ class Scheduler(JournalApplier):
         state.plan.commit()
         self.state = state
         self.reasons.look_at_all()
+        self.reason_writer.retain(state.jobs)  # a job now gated or gone keeps no queued reason
         self.own.clear()
         if found.refused is not None:
             with self.engines.writer.begin() as conn:
@@ -169,6 +175,8 @@ class Scheduler(JournalApplier):
             self._run()
         except Deposed as exc:
             log.error("no longer the leader: %s", exc)
+        finally:
+            self.reason_writer.close()  # what it still holds is soft state: the next leader looks at all
 
     def _run(self) -> None:
         self.doorbell.publish(self.engines.writer)
@@ -210,6 +218,7 @@ class Scheduler(JournalApplier):
     def step(self, force: bool = False) -> None:
         """Read the journal, apply it, run a cycle if anything changed, commit the decisions."""
         assert self.state is not None
+        self.reason_writer.check()  # a reasons write found the lease gone
         entries, self.replay = self.replay + self._read_journal(), []
         endings: list[tuple[str, int, Ending]] = []
         reload = self._apply(entries, endings)
@@ -243,13 +252,16 @@ class Scheduler(JournalApplier):
         if decided and not self._commit_decisions(endings, result, now):
             return  # the state was rebuilt: this cycle's reasons are stale, the next looks at all
         if result is not None and self.pacing.write_reasons():
-            # soft state, after the decisions (and their start orders) are committed and rung
+            # soft state, after the decisions (and their start orders) are committed and rung;
+            # queued, the writer's thread writes them while the next cycles go on
             looked = time.monotonic()
             changes = self.reasons.changes(self.state, result)
             if changes:
-                self._write_reasons(changes, now)
-                self.api_bell.ring()
-            self.pacing.reasons_written(time.monotonic() - looked)
+                jobs = self.state.jobs
+                seen = [(c, job.attempts) for c in changes if (job := jobs.get(JobId(c.job))) is not None]
+                self.reason_writer.put(seen, now)
+            # the duty counts the writer's time too (the look before's rows): the API's writes share the lock
+            self.pacing.reasons_written(time.monotonic() - looked + self.reason_writer.take_spent())
         if result is not None:  # the writes count toward the cycle's duty too
             self.pacing.wrote(began)
 
@@ -258,7 +270,8 @@ class Scheduler(JournalApplier):
     ) -> bool:
         """Commit the step's endings and decisions in their own transaction and ring the API;
         False when a group was dropped (the state is then rebuilt from the database)."""
-        batch = self._commit(endings, result, now)
+        with self.reason_writer.held():  # no reasons' chunk starts meanwhile
+            batch = self._commit(endings, result, now)
         self.own.update(batch.own_seqs)
         if self.gates.waiting:
             self.gates.recheck = True  # what just ended or started may let a dependent job in
@@ -312,13 +325,6 @@ class Scheduler(JournalApplier):
             if result is not None:
                 self._decisions(batch, result)
         return batch
-
-    def _write_reasons(self, changes: list[ReasonChange], now: float) -> None:
-        """Waiting jobs' reasons, in a transaction of their own after the decisions': fenced too
-        (a deposed scheduler writes nothing), guarded per row (only jobs still pending)."""
-        with self.engines.writer.begin() as conn:
-            self.fence(conn)
-            Batch(conn, self.engines.is_sqlite, now).reasons(changes)
 
     def _decisions(self, batch: Batch, result: CycleResult) -> None:
         state = self.state
