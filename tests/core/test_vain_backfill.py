@@ -1,7 +1,7 @@
-"""Backfill attempts skipped as vain (`cycle.SKIP_VAIN_BACKFILL`) decide what making them decides.
+"""Backfill attempts skipped as vain (`backfill.SKIP_VAIN_BACKFILL`) decide what making them decides.
 
 A job whose placement missed is tried for backfill by lifting the cycle's reservations that start
-at or after its end. When every reservation it would lift starts after `_Cycle.backfill_end` (the
+at or after its end. When every reservation it would lift starts after `backfill.backfill_end` (the
 latest start from which lifting changes what some node offers), the attempt would place nothing
 new; the cycle skips it. The random histories of `test_repeats.play` (reservations, backfill,
 preemption, families that differ by their time limits) and the busy clusters of
@@ -16,14 +16,14 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from corral.core import cycle
+from corral.core import backfill
 from tests.core.test_preemption_memo import both, busy
 from tests.core.test_repeats import play
 
 
 def _both(run: Any, *args: Any, walk: bool) -> tuple[Any, Any]:
     """The run with vain backfill attempts skipped and with them tried."""
-    return both(run, *args, walk=walk, switch=(cycle, "SKIP_VAIN_BACKFILL"))
+    return both(run, *args, walk=walk, switch=(backfill, "SKIP_VAIN_BACKFILL"))
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

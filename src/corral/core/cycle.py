@@ -12,11 +12,11 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Hashable
 
-from corral.core import aging, order, repeats, reserve
+from corral.core import aging, backfill, order, repeats, reserve
 from corral.core import reasons as why_text
 from corral.core.capacity_reasons import CapacityReasons
-from corral.core.decisions import CycleResult, Reason, Reserve, Start, Why
-from corral.core.estimated_holds import ESTIMATES_KEPT, confident, estimated_hold
+from corral.core.decisions import CycleResult, Reason, Start, Why
+from corral.core.estimated_holds import ESTIMATES_KEPT
 from corral.core.fairshare import advance_usage, note_reclaiming
 from corral.core.families import ADMISSION, CAPACITY, Epoch, Verdict
 from corral.core.jobs import PartOf, PendingJob
@@ -59,7 +59,6 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
 
 
 _OWN_BUDGET = (Why.LIMIT, Why.QUOTA, Why.COHORT)  # admission reasons that the queue's own jobs cause
-SKIP_VAIN_BACKFILL = True  # False: every backfill attempt is made (tests compare: `_backfill`)
 _DEFERRED = "; preemption deferred to a later cycle (per-cycle cap reached)"
 
 
@@ -75,13 +74,13 @@ class _Cycle:
         # changes whenever a reservation is made or moved (the memories below are keyed by it)
         self.reservation_gen = 0
         # a reservation's job -> (its job, request, reason before the reservation): to search
-        # again when a nomination takes GPUs it counted on (`displace`)
+        # again when a nomination takes GPUs it counted on (`backfill.displace`)
         self.reserved_for: dict[JobId, tuple[PendingJob, Request, Reason]] = {}
         # (shape, queue, class, time limit) -> what its first job blocked by capacity was told;
-        # a walk records the jobs it passes lazily (`repeats.Walk.first_blocked`)
+        # a walk records the jobs it passes lazily (`first_told.FirstTold.first_blocked`)
         self.blocked: dict[Hashable, Reason] = {}
         self.walk_of: dict[QueueName, repeats.Walk] = {}
-        self.ends: tuple[tuple[int, int, bool, int], float | None] | None = None  # see `backfill_end`
+        self.ends: backfill.Ends | None = None  # see `backfill.backfill_end`
         # (blocked shape, preemptible) -> (queues' use version, reason): while no queue's counted
         # GPUs change, admission answers jobs of one shape alike, so a repeat skips it too
         self.verdicts: dict[int, tuple[int, Reason]] = {}  # keyed by `PendingJob.verdict_key`
@@ -136,7 +135,7 @@ class _Cycle:
         if isinstance(placed, list):
             self.start_job(job, placed, backfilled=False)
             return True
-        if self.reservations and spec.time_limit is not None and self._backfill(job, req):
+        if self.reservations and spec.time_limit is not None and backfill.attempt(self, job, req):
             return True
         if self.profile.victims is not None:
             outcome = self.preemption.preempt(self, job, req)
@@ -148,7 +147,7 @@ class _Cycle:
             if self.preemption.deferred:
                 why = Reason(why.code, why.message + _DEFERRED, why.at)
         self.blocked[shape] = why  # later jobs of this shape wait alike, without a reservation
-        reasons[spec.id] = self._reserve(job, req, why)
+        reasons[spec.id] = backfill.reserve_for(self, job, req, why)
         if self.state.use_version == version:  # what the next job of this shape will be told
             self.verdicts[verdict_key] = (version, self.blocked[shape])
         return False
@@ -160,7 +159,7 @@ class _Cycle:
         if found is None and self.walk_of:
             walk = self.walk_of.get(job.spec.queue)
             if walk is not None:
-                found = walk.first_blocked(job, shape)
+                found = walk.told.first_blocked(job, shape)
         return found
 
     # ---- what a walk may pass over (repeats.Walk) ----------------------------------------------
@@ -233,8 +232,8 @@ class _Cycle:
     def tell(self, job: PendingJob, verdict: Verdict) -> None:
         """What `consider` does for a job whose `family_verdict` is `verdict` (asked just now)
         and that no backfill window could hold: the reason, and the verdict and blocked shape it
-        records (a repeated answer comes first; `_reserve` keeps the reason: the queue has its
-        reservation, or none is taken)."""
+        records (a repeated answer comes first; `backfill.reserve_for` keeps the reason: the queue
+        has its reservation, or none is taken)."""
         spec, version = job.spec, self.state.use_version
         why = verdict.reason  # (a `PerLimit`'s: the sentence of this job)
         if verdict.kind == CAPACITY:
@@ -266,31 +265,7 @@ class _Cycle:
         return victims, victims.family_part
 
     def backfill_end(self) -> float | None:
-        """The latest reservation start S such that lifting every reservation that starts at S or
-        later changes what some node offers (None: none does). A job that ends after S and whose
-        placement misses is tried for backfill (`_backfill`) in vain and without a trace: what it
-        lifts changes nothing, so it misses again. Changes nothing itself."""
-        epoch = (*self.epoch(), self.state.base_id)  # (the base id: no node changed either)
-        if self.ends is not None and self.ends[0] == epoch:
-            return self.ends[1]
-        state, found = self.state, None
-        free, reserved, avail = state.free_count, state.reserved, state.index.avail
-        by_start = sorted(self.reservations, key=lambda r: -r.start)
-        lifted: dict[int, int] = {}
-        i = 0
-        while i < len(by_start) and found is None:
-            start = by_start[i].start
-            while i < len(by_start) and by_start[i].start == start:
-                for node, gpus in by_start[i].capacity:
-                    lifted[node] = lifted.get(node, 0) + gpus
-                i += 1
-            for n, gpus in lifted.items():  # `available_lifting` from the free counts
-                offers = free[n] - reserved[n] + gpus if state.is_schedulable(n) else 0
-                if (offers if offers > 0 else 0) != avail[n]:
-                    found = start
-                    break
-        self.ends = (epoch, found)
-        return found
+        return backfill.backfill_end(self)  # (`families.Judge`)
 
     def request(self, job: PendingJob) -> Request:
         req = job.request
@@ -312,85 +287,8 @@ class _Cycle:
         self.started.setdefault(job.spec.queue, []).append(job.spec.id)
         self.result.reasons.drop(job.spec.id)
 
-    def _backfill(self, job: PendingJob, req: Request) -> bool:
-        """Start a job that ends before every reservation it would touch (EASY backfill)."""
-        state = self.state
-        ends_by = self.now + (job.spec.time_limit or 0.0)
-        if SKIP_VAIN_BACKFILL:
-            end = self.backfill_end()
-            if end is None or ends_by > end:
-                return False  # what it would lift changes nothing: it would miss again, leaving no trace
-        lifted = [r for r in self.reservations if r.start >= ends_by]
-        if not lifted or reserve.misses_lifted(state, req, lifted, job.avoid_nodes):
-            return False
-        checkpoint = state.plan.checkpoint()
-        reserve.lift(state, lifted, ends_by)
-        placed = place(state, req, job.avoid_nodes)
-        if not isinstance(placed, list):
-            state.plan.rollback(checkpoint)
-            return False
-        for r in lifted:
-            reserve.hold(state, r)
-        self.start_job(job, placed, backfilled=True)
-        return True
-
-    def _reserve(self, job: PendingJob, req: Request, why: Reason) -> Reason:
-        """Reserve capacity for the first capacity-blocked job of its queue; the reason it waits."""
-        queue = job.spec.queue
-        if (
-            self.profile.backfill
-            and queue not in self.reserved_queues
-            and len(self.reservations) < self.profile.max_reservations
-        ):
-            self.reserved_queues.add(queue)
-            return self._hold(job, req, why)
-        return why
-
-    def _hold(self, job: PendingJob, req: Request, why: Reason) -> Reason:
-        """Search the earliest capacity for the job and hold it (a reservation); the reason."""
-        state = self.state
-        found, estimate = reserve.earliest_fit(state, req, self.now), None
-        hold_after = self.profile.hold_after
-        if found is None and hold_after is not None and state.want_estimates(self.now):
-            found, estimate = estimated_hold(state, job, req, self.now)
-            hold_at = job.spec.submit_time + hold_after
-            if found is not None and hold_at > self.now and not confident(estimate):
-                self.result.wake_at(hold_at)  # aging: a poor estimate holds GPUs once it has waited
-                return why_text.hold_later(why, hold_at, self.now)
-        if found is None:
-            text = "; no reservation: the GPUs it needs are held by jobs without a time limit"
-            return Reason(why.code, why.message + text, why.at)
-        found = reserve.Reservation(job.spec.id, found.start, found.capacity)
-        reserve.hold(state, found)
-        self.reservations.append(found)
-        self.reservation_gen += 1
-        self.reserved_for[job.spec.id] = (job, req, why)
-        capacity = tuple((state.specs[n].name, c) for n, c in found.capacity)
-        self.result.reservations.append(Reserve(job.spec.id, found.start, capacity))
-        self.result.wake_at(found.start)
-        if estimate is not None:
-            return why_text.with_estimated_reservation(why, found.start, self.now, estimate)
-        return why_text.with_reservation(why, found.start, self.now)
-
     def displace(self, held: list[NodeMask]) -> None:
-        """A nomination holds these GPUs from now on: every reservation of this cycle on their
-        nodes is searched again with them held (it stays where it was if it still fits; it moves
-        later, or goes, if it counted on them), and its job's reason follows. A reservation never
-        counts on GPUs nominated to another job (DESIGN section 2: nobody else gets them)."""
-        nodes = {n for n, _ in held}
-        hit = [r for r in self.reservations if any(n in nodes for n, _ in r.capacity)]
-        if not hit:
-            return
-        state, result = self.state, self.result
-        for r in hit:
-            self.reservations.remove(r)
-            for node, gpus in r.capacity:
-                state.set_reserved(node, state.reserved[node] - gpus)
-            result.reservations[:] = [x for x in result.reservations if x.job != r.job]
-        self.reservation_gen += 1
-        for r in hit:
-            job, req, why = self.reserved_for.pop(JobId(r.job))
-            result.reasons[job.spec.id] = self._hold(job, req, why)
+        backfill.displace(self, held)  # (`preemption.Host`)
 
     def remove_started(self) -> None:
         for name, ids in self.started.items():

@@ -27,7 +27,7 @@ A family whose only verdict key repeats an answer (`consider` would repeat it) i
 found at a look (`_settle`) or at the first job passed as repeating it (`_repeats`: e.g. the look
 at its first job took a reservation, which changed the epoch). A job blocked by capacity is
 told what the first job of its (shape, queue, class, time limit)
-blocked in this cycle was told (`_Cycle.blocked`), which a run records lazily: `first_blocked`
+blocked in this cycle was told (`_Cycle.blocked`), which a run records lazily: `first_told`
 finds it from the runs. Flagged jobs (held, nominated, backing off, kept off nodes) always stop
 the walk. A walk looks at O(families) jobs per epoch plus the jobs that could start, and costs
 O(log) per job looked at; what looking at each job in order would decide, it decides
@@ -38,13 +38,12 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Hashable
 
 from corral.core.decisions import Reason
 from corral.core.families import CAPACITY, REPEAT, Epoch, Family, Judge, Key, Verdict, blocked_key
+from corral.core.first_told import FirstBlocked, FirstTold
 from corral.core.jobs import PendingJob, QueueState
 from corral.core.model import JobId
-from corral.core.reasons import PerLimit
 
 MANY_SHAPES = 512  # above this many families in one walk, looking at each job costs less
 FEW_JOBS = 8  # up to this many jobs in one walk, looking at each job costs less
@@ -56,7 +55,6 @@ class Walk:
 
     def __init__(self, queues: list[QueueState], judge: Judge, jobs: dict[JobId, PendingJob]) -> None:
         self._judge: Judge | None = judge  # (let go of when the walk is over: `finish`)
-        self.blocked = judge.blocked  # what `first_blocked` reads, kept past the walk
         self.state = judge.state
         self.jobs = jobs
         self.now = now = judge.now
@@ -79,12 +77,11 @@ class Walk:
         heapq.heapify(self.heap)
         self.passive: list[Family] = []
         self.epoch: Epoch | None = None
-        self.at: Key | None = None  # the last job handed out
-        self.last: tuple[Family, PendingJob] | None = None  # ... its family and itself
+        self.last: tuple[Family, PendingJob] | None = None  # the last job handed out, and its family
         self.passed = 0  # jobs passed over (given a reason without a look)
-        self.bases: dict[tuple[object, ...], list[Family]] | None = None
-        self.done = False  # finished: every job was passed or looked at
-        self.capacity_seen = False  # some family was passive as blocked by capacity
+        # what each (shape, time limit) was first told, from the runs; its `at` is the last job
+        # handed out, and it is what lazy reasons refer to (kept past the walk)
+        self.told = FirstTold(judge.blocked, self.state, jobs, self.families)
 
     @property
     def judge(self) -> Judge:
@@ -127,7 +124,7 @@ class Walk:
                     continue
                 if AHEAD and self._ahead(fam, job, key):
                     continue
-            self.at = key
+            self.told.at = key
             self.last = (fam, job)
             return key
         return None
@@ -137,9 +134,10 @@ class Walk:
         by capacity its reason (the walk is over)."""
         self._cut(everything=True)
         reasons = self.judge.reasons
+        told_of = self.told
         by_base: dict[tuple[object, ...], set[Reason]] = {}
         if any(fam.runs for fam in self.families):
-            for shape, reason in self.blocked.items():
+            for shape, reason in told_of.blocked.items():
                 if isinstance(shape, tuple):
                     by_base.setdefault(shape[:3], set()).add(reason)
         uniform_of: dict[tuple[object, ...], Reason | None] = {}  # per (shape, queue, class)
@@ -151,14 +149,14 @@ class Walk:
             if base in uniform_of:
                 uniform = uniform_of[base]
             else:
-                uniform = uniform_of[base] = self._uniform(first, base, by_base)
+                uniform = uniform_of[base] = told_of.uniform(first, base, by_base)
             for lo_key, hi_key, told in fam.runs:
                 keys = fam.keys[bisect_left(fam.keys, lo_key) : bisect_right(fam.keys, hi_key)]
                 if uniform is not None:
                     reasons.add_run(keys, uniform)
                 else:  # resolved when read (the simulator never reads them)
-                    reasons.add_lazy_run(keys, _FirstBlocked(self, told))
-        self.done = True
+                    reasons.add_lazy_run(keys, FirstBlocked(told_of, told))
+        told_of.done = True
         # the cycle holds the result that holds those runs: without this, each cycle's objects
         # would form a reference cycle, left to the cyclic collector (on `overload128`, 2.3 M
         # objects and a third of the replay's CPU)
@@ -167,7 +165,7 @@ class Walk:
     def _cut(self, everything: bool = False) -> None:
         """The epoch changed (or the walk ended): passive families' jobs up to the last job handed
         out keep their verdicts; the rest wait for a look."""
-        at = self.at
+        at = self.told.at
         for fam in self.passive:
             if everything:
                 hi = len(fam.keys)
@@ -198,10 +196,10 @@ class Walk:
                 limit is not None
                 and end is not None
                 and self.now + limit <= end
-                and self.first_blocked(job, blocked_key(job)) is None
+                and self.told.first_blocked(job, blocked_key(job)) is None
             ):
                 return False  # its backfill attempt may start it: a look
-        self.at = key  # (as if handed out: the jobs passed before it count as passed)
+        self.told.at = key  # (as if handed out: the jobs passed before it count as passed)
         judge.tell(job, verdict)
         self.passed += 1
         self._settle(fam, job, verdict)
@@ -221,7 +219,8 @@ class Walk:
             if verdict is not None:
                 fam.verdict = verdict
                 self.passive.append(fam)
-                self.capacity_seen = self.capacity_seen or verdict.kind == CAPACITY
+                if verdict.kind == CAPACITY:
+                    self.told.capacity_seen = True
         elif (
             fam.verdict.kind == CAPACITY
             and fam.verdict.part is not None
@@ -319,102 +318,7 @@ class Walk:
         limit = job.spec.time_limit
         if limit is None:
             return False
-        if self.first_blocked(job, blocked_key(job)) is None:
+        if self.told.first_blocked(job, blocked_key(job)) is None:
             return True
         self.by_id[job.family].down.add(limit)
         return False
-
-    # ---- what a (shape, time limit) was first told ------------------------------------------
-    def first_blocked(self, job: PendingJob, shape: Hashable) -> Reason | None:
-        """What the first job of `job`'s (shape, queue, class, time limit) blocked by capacity in
-        this cycle was told, so far (None: none was); found in the runs, then remembered."""
-        blocked = self.blocked
-        found = blocked.get(shape)
-        if found is not None or not self.capacity_seen:
-            return found  # (no family was passive as blocked by capacity: no run to look in)
-        best: tuple[Key, Reason | PerLimit] | None = None
-        preemptible = job.spec.preemptible
-        for fam in self._twins(job):
-            twin = fam.preemptible
-            vk = job.verdict_key if twin == preemptible else self._twin_key(job, twin)
-            keys = fam.queue.by_verdict.get(vk) if vk is not None else None
-            hit = self._first_run(fam, keys) if keys else None
-            if hit is not None and (best is None or hit[0] < best[0]):
-                best = hit
-        if best is None:
-            return None
-        told = best[1]
-        found = told if isinstance(told, Reason) else told.resolve(job.spec.time_limit)
-        blocked[shape] = found
-        return found
-
-    def _first_run(self, fam: Family, keys: list[Key]) -> tuple[Key, Reason | PerLimit] | None:
-        """The first of `keys` (a verdict key's jobs, of `fam`, sorted) passed in one of its
-        capacity runs (so far; the open run of a passive family counts)."""
-        for lo, hi, reason in fam.runs:  # in order
-            i = bisect_left(keys, lo)
-            if i < len(keys) and keys[i] <= hi:
-                return keys[i], reason
-        verdict, at = fam.verdict, self.at
-        if self.done or verdict is None or verdict.kind != CAPACITY or at is None or fam.pos >= len(fam.keys):
-            return None
-        i = bisect_left(keys, fam.keys[fam.pos])  # passed, not yet recorded: up to the last look
-        if i >= len(keys) or keys[i] >= at:
-            return None
-        return keys[i], verdict.reason if verdict.per_limit is None else verdict.per_limit
-
-    def _twins(self, job: PendingJob) -> list[Family]:
-        """The families of this walk whose jobs share `job`'s shape, queue and class."""
-        if self.bases is None:
-            self.bases = {}
-            for fam in self.families:
-                first = self.jobs[fam.keys[0][-1]]  # type: ignore[index]
-                fam.base = (first.shape, first.spec.queue, first.spec.priority)
-                fam.preemptible = first.spec.preemptible
-                self.bases.setdefault(fam.base, []).append(fam)
-        return self.bases.get((job.shape, job.spec.queue, job.spec.priority), [])
-
-    def _twin_key(self, job: PendingJob, preemptible: bool) -> int | None:
-        """The verdict key of `job`'s (shape, time limit) with the other preemptibility, if any."""
-        return self.state.interned((blocked_key(job), preemptible))
-
-    def _uniform(
-        self, first: PendingJob, base: tuple[object, ...], by_base: dict[tuple[object, ...], set[Reason]]
-    ) -> Reason | None:
-        """The one reason every capacity run of the families of `base` (`first`'s shape, queue and
-        class) gives, if the reasons its (shape, time limit)s were first told this cycle are all
-        the same (None: they differ, or name each job's own end)."""
-        only: Reason | PerLimit | None = None
-        for twin in self._twins(first):
-            for _, _, reason in twin.runs:
-                if only is None:
-                    only = reason
-                elif reason is not only and reason != only:
-                    return None
-        for reason in by_base.get(base, ()):
-            if only is None:
-                only = reason
-            elif reason is not only and reason != only:
-                return None
-        return only if isinstance(only, Reason) else None
-
-
-class _FirstBlocked:
-    """A capacity run's reason for one job, resolved when read: what its (shape, time limit) was
-    first told (the run's own reason when the job has left meanwhile)."""
-
-    __slots__ = ("reason", "walk")
-
-    def __init__(self, walk: Walk, reason: Reason | PerLimit) -> None:
-        self.walk = walk
-        self.reason = reason
-
-    def __call__(self, job_id: JobId) -> Reason:
-        job = self.walk.jobs.get(job_id)
-        found = None if job is None else self.walk.first_blocked(job, blocked_key(job))
-        if found is not None:
-            return found
-        told = self.reason
-        if isinstance(told, Reason):
-            return told
-        return told.reason if job is None else told.resolve(job.spec.time_limit)

@@ -1,0 +1,133 @@
+"""What the first job of each (shape, queue, class, time limit) blocked by capacity in a cycle was
+told (`_Cycle.blocked`), found from a walk's capacity runs (`repeats.Walk`), which record their
+jobs lazily: `FirstTold.first_blocked` finds the first run's job of the same verdict key (or of
+the twin family that differs only by preemptibility) and remembers what it was told. A capacity
+run's reason for each job is resolved when read (`FirstBlocked`). Lazy reasons refer to the
+`FirstTold` only, never to the walk or the cycle (no garbage cycle per scheduling cycle).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Hashable
+
+from corral.core.decisions import Reason
+from corral.core.families import CAPACITY, Family, Key, blocked_key
+from corral.core.jobs import PendingJob
+from corral.core.model import JobId
+from corral.core.reasons import PerLimit
+from corral.core.state import ClusterState
+
+
+class FirstTold:
+    """The walk's families' capacity runs, as `first_blocked` reads them (kept past the walk)."""
+
+    def __init__(
+        self,
+        blocked: dict[Hashable, Reason],
+        state: ClusterState,
+        jobs: dict[JobId, PendingJob],
+        families: list[Family],
+    ) -> None:
+        self.blocked = blocked  # the cycle's: what each (shape, time limit) was first told so far
+        self.state = state
+        self.jobs = jobs
+        self.families = families
+        self.at: Key | None = None  # the walk's last job handed out
+        self.done = False  # the walk is finished: every job was passed or looked at
+        self.capacity_seen = False  # some family was passive as blocked by capacity
+        self.bases: dict[tuple[object, ...], list[Family]] | None = None
+
+    def first_blocked(self, job: PendingJob, shape: Hashable) -> Reason | None:
+        """What the first job of `job`'s (shape, queue, class, time limit) blocked by capacity in
+        this cycle was told, so far (None: none was); found in the runs, then remembered."""
+        blocked = self.blocked
+        found = blocked.get(shape)
+        if found is not None or not self.capacity_seen:
+            return found  # (no family was passive as blocked by capacity: no run to look in)
+        best: tuple[Key, Reason | PerLimit] | None = None
+        preemptible = job.spec.preemptible
+        for fam in self.twins(job):
+            twin = fam.preemptible
+            vk = job.verdict_key if twin == preemptible else self._twin_key(job, twin)
+            keys = fam.queue.by_verdict.get(vk) if vk is not None else None
+            hit = self._first_run(fam, keys) if keys else None
+            if hit is not None and (best is None or hit[0] < best[0]):
+                best = hit
+        if best is None:
+            return None
+        told = best[1]
+        found = told if isinstance(told, Reason) else told.resolve(job.spec.time_limit)
+        blocked[shape] = found
+        return found
+
+    def _first_run(self, fam: Family, keys: list[Key]) -> tuple[Key, Reason | PerLimit] | None:
+        """The first of `keys` (a verdict key's jobs, of `fam`, sorted) passed in one of its
+        capacity runs (so far; the open run of a passive family counts)."""
+        for lo, hi, reason in fam.runs:  # in order
+            i = bisect_left(keys, lo)
+            if i < len(keys) and keys[i] <= hi:
+                return keys[i], reason
+        verdict, at = fam.verdict, self.at
+        if self.done or verdict is None or verdict.kind != CAPACITY or at is None or fam.pos >= len(fam.keys):
+            return None
+        i = bisect_left(keys, fam.keys[fam.pos])  # passed, not yet recorded: up to the last look
+        if i >= len(keys) or keys[i] >= at:
+            return None
+        return keys[i], verdict.reason if verdict.per_limit is None else verdict.per_limit
+
+    def twins(self, job: PendingJob) -> list[Family]:
+        """The families of the walk whose jobs share `job`'s shape, queue and class."""
+        if self.bases is None:
+            self.bases = {}
+            for fam in self.families:
+                first = self.jobs[fam.keys[0][-1]]  # type: ignore[index]
+                fam.base = (first.shape, first.spec.queue, first.spec.priority)
+                fam.preemptible = first.spec.preemptible
+                self.bases.setdefault(fam.base, []).append(fam)
+        return self.bases.get((job.shape, job.spec.queue, job.spec.priority), [])
+
+    def _twin_key(self, job: PendingJob, preemptible: bool) -> int | None:
+        """The verdict key of `job`'s (shape, time limit) with the other preemptibility, if any."""
+        return self.state.interned((blocked_key(job), preemptible))
+
+    def uniform(
+        self, first: PendingJob, base: tuple[object, ...], by_base: dict[tuple[object, ...], set[Reason]]
+    ) -> Reason | None:
+        """The one reason every capacity run of the families of `base` (`first`'s shape, queue and
+        class) gives, if the reasons its (shape, time limit)s were first told this cycle are all
+        the same (None: they differ, or name each job's own end)."""
+        only: Reason | PerLimit | None = None
+        for twin in self.twins(first):
+            for _, _, reason in twin.runs:
+                if only is None:
+                    only = reason
+                elif reason is not only and reason != only:
+                    return None
+        for reason in by_base.get(base, ()):
+            if only is None:
+                only = reason
+            elif reason is not only and reason != only:
+                return None
+        return only if isinstance(only, Reason) else None
+
+
+class FirstBlocked:
+    """A capacity run's reason for one job, resolved when read: what its (shape, time limit) was
+    first told (the run's own reason when the job has left meanwhile)."""
+
+    __slots__ = ("reason", "told")
+
+    def __init__(self, told: FirstTold, reason: Reason | PerLimit) -> None:
+        self.told = told
+        self.reason = reason
+
+    def __call__(self, job_id: JobId) -> Reason:
+        job = self.told.jobs.get(job_id)
+        found = None if job is None else self.told.first_blocked(job, blocked_key(job))
+        if found is not None:
+            return found
+        told = self.reason
+        if isinstance(told, Reason):
+            return told
+        return told.reason if job is None else told.resolve(job.spec.time_limit)
