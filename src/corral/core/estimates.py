@@ -8,7 +8,8 @@ given its attained time), so that a job running past its estimate gets a later o
 keeps its `keep` newest run times (sorted), and at most `max_keys` keys are kept (the oldest
 learned are forgotten first).
 
-A job's keys are resolved once into a `Chain` (shared by the jobs of one most detailed key):
+A key's run times are kept sorted only while it is read (`UNREAD_KEPT`). A job's keys are
+resolved once into a `Chain` (shared by the jobs with the same fields):
 its keys' samples, held while they are remembered, and its last estimate, reused while the
 samples it was read from are unchanged (`_Runs.changed`). The keys nest (jobs that share a
 key share every less detailed one), so any change to a more detailed key of the chain, or to a
@@ -27,6 +28,9 @@ from dataclasses import dataclass
 from corral.core.model import JobSpec
 
 MIN_DRAWN = 5  # a key's history is used when it holds at least this many run times above the attained
+# a key's run times are kept sorted while it is read at least once in this many changes (else
+# sorted when next read: a sort costs about as much as this many insertions)
+UNREAD_KEPT = 16
 BASES = (
     "this user's jobs of this name and size",
     "this user's jobs of this size",
@@ -48,17 +52,27 @@ class Estimate:
 
 class _Runs:
     """One key's run times: `newest` a ring of the `keep` newest (`head`: the oldest once full),
-    `ordered` the same sorted; `changed`: the estimator's `observed` at its last change; `live`
-    False once forgotten (`max_keys`)."""
+    and the same sorted (`ordered`; None: not kept, sorted again when read: a key read less than
+    once in `UNREAD_KEPT` changes is not kept sorted); `changed`: the estimator's `observed` at
+    its last change; `live` False once forgotten (`max_keys`)."""
 
-    __slots__ = ("changed", "head", "live", "newest", "ordered")
+    __slots__ = ("changed", "head", "live", "newest", "ordered", "unread")
 
     def __init__(self) -> None:
         self.newest: list[float] = []
         self.head = 0
-        self.ordered: list[float] = []
+        self.ordered: list[float] | None = []
+        self.unread = 0  # changes since it was last read
         self.changed = 0
         self.live = True
+
+    def in_order(self) -> list[float]:
+        """The run times, sorted (sorted again if not kept; kept from now on)."""
+        ordered = self.ordered
+        if ordered is None:
+            ordered = self.ordered = sorted(self.newest)
+        self.unread = 0
+        return ordered
 
 
 Keys = tuple[tuple[object, ...], ...]
@@ -111,19 +125,18 @@ class Estimator:
         self.min_drawn = min_drawn
         self.memo = memo
         self.runs: dict[tuple[object, ...], _Runs] = {}
-        self.chains: dict[tuple[object, ...], Chain] = {}  # by most detailed key (`chain`)
+        self.chains: dict[tuple[object, ...], Chain] = {}  # by the fields `keys_of` reads
         self.observed = 0
 
     def chain(self, spec: JobSpec) -> Chain:
-        """The job's `Chain`, shared with the jobs of its most detailed key (the state asks once
-        per job: `PendingJob.history_keys`); at most `max_keys` are kept (then all forgotten)."""
-        keys = keys_of(spec)
-        first = keys[0] or keys[1] or keys[2]
-        found = self.chains.get(first)
+        """The job's `Chain`, shared with the jobs of the same fields (the state asks once per
+        job: `PendingJob.history_keys`); at most `max_keys` are kept (then all forgotten)."""
+        fields = (spec.queue, spec.user, spec.name, spec.replicas * spec.gpus_per_replica, spec.gpu_model)
+        found = self.chains.get(fields)
         if found is None:
             if len(self.chains) >= self.max_keys:
                 self.chains.clear()
-            found = self.chains[first] = Chain(keys)
+            found = self.chains[fields] = Chain(keys_of(spec))
         return found
 
     def observe(self, spec: JobSpec, seconds: float, chain: Chain | None = None) -> None:
@@ -144,17 +157,21 @@ class Estimator:
                         self.runs.pop(next(iter(self.runs))).live = False
                     runs = self.runs[key] = _Runs()
                 held[i] = runs
-            newest = runs.newest
+            newest, ordered = runs.newest, runs.ordered
+            if ordered is not None:
+                runs.unread += 1
+                if runs.unread > UNREAD_KEPT:
+                    ordered = runs.ordered = None
             if len(newest) < keep:
                 newest.append(seconds)
             else:
                 head = runs.head
-                old = newest[head]
+                if ordered is not None:
+                    del ordered[bisect_right(ordered, newest[head]) - 1]
                 newest[head] = seconds
                 runs.head = head + 1 if head + 1 < keep else 0
-                ordered = runs.ordered
-                del ordered[bisect_right(ordered, old) - 1]
-            insort(runs.ordered, seconds)
+            if ordered is not None:
+                insort(ordered, seconds)
             runs.changed = stamp
 
     def estimate(self, spec: JobSpec, attained: float = 0.0, chain: Chain | None = None) -> Estimate | None:
@@ -183,7 +200,7 @@ class Estimator:
                 runs = held[i] = self.runs.get(chain.keys[i])
                 if runs is None:
                     continue
-            ordered = runs.ordered
+            ordered = runs.in_order()
             first = bisect_right(ordered, attained)
             above = len(ordered) - first
             if above >= self.min_drawn or (i == last and above > 0):
