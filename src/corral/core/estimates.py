@@ -120,6 +120,8 @@ class Estimator:
     def __init__(
         self, keep: int = 256, max_keys: int = 100_000, min_drawn: int = MIN_DRAWN, memo: bool = True
     ) -> None:
+        if keep < 1 or max_keys < 1:
+            raise ValueError("keep and max_keys must be >= 1")
         self.keep = keep
         self.max_keys = max_keys
         self.min_drawn = min_drawn
@@ -201,7 +203,10 @@ class Estimator:
                 if runs is None:
                     continue
             ordered = runs.in_order()
-            first = bisect_right(ordered, attained)
+            if not ordered:
+                continue
+            # all of them when the first is above (a new job: one run time read, not a search)
+            first = 0 if ordered[0] > attained else bisect_right(ordered, attained)
             above = len(ordered) - first
             if above >= self.min_drawn or (i == last and above > 0):
                 found = Estimate(ordered[first + above // 2], above, chain.bases[i])
