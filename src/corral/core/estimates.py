@@ -114,18 +114,14 @@ class Chain:
 
 
 class Estimator:
-    """Per-key sorted samples of finished jobs' run times (seconds). `memo` False: every
-    estimate is read afresh (the long way, for tests)."""
+    """Per-key sorted samples of finished jobs' run times (seconds)."""
 
-    def __init__(
-        self, keep: int = 256, max_keys: int = 100_000, min_drawn: int = MIN_DRAWN, memo: bool = True
-    ) -> None:
+    def __init__(self, keep: int = 256, max_keys: int = 100_000, min_drawn: int = MIN_DRAWN) -> None:
         if keep < 1 or max_keys < 1:
             raise ValueError("keep and max_keys must be >= 1")
         self.keep = keep
         self.max_keys = max_keys
         self.min_drawn = min_drawn
-        self.memo = memo
         self.runs: dict[tuple[object, ...], _Runs] = {}
         self.chains: dict[tuple[object, ...], Chain] = {}  # by the fields `keys_of` reads
         self.observed = 0
@@ -190,7 +186,6 @@ class Estimator:
             and source.changed == chain.memo_at  # unchanged since (see the module's doc)
             and source.live
             and chain.memo_attained == attained
-            and self.memo
         ):
             return memo
         held = chain.runs
