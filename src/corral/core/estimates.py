@@ -174,7 +174,8 @@ class Estimator:
 
     def estimate(self, spec: JobSpec, attained: float = 0.0, chain: Chain | None = None) -> Estimate | None:
         """The job's run time in all, given it has run `attained` seconds (None: no history at all);
-        `chain`: its `chain`, when known."""
+        `chain`: its `chain`, when known. It writes the chain's memo: not concurrently with
+        another call on this estimator (the server estimates holding `History.lock`)."""
         if not self.runs:
             return None
         if chain is None:
