@@ -3,14 +3,16 @@ the core decides exactly as before.
 
 Run the same command on the code before and after a change and compare the lines:
 
-    .venv/bin/python bench/replay_hashes.py [--only NAME[,NAME]] [--reasons]
+    .venv/bin/python bench/replay_hashes.py [--only NAME[,NAME]] [--reasons] [--arg PLUGIN.KEY=VALUE]
     PYTHONPATH=/tmp/before/src .venv/bin/python bench/replay_hashes.py ...   # a snapshot of before
 
 Each line: the replay's name, its event log's SHA-256 and event count, and with `--reasons` the
 SHA-256 of every cycle's reasons (job id, code and sentence of each job the cycle looked at and
 did not start, sorted by job id; the reason of the jobs it did not reach; its `next_wake`), and
 the seconds (wall and CPU) it took. `--search-again` answers no reservation search from memory
-(`reserve.earliest_fit`), to show the memory changes nothing (interpreted core only).
+(`reserve.earliest_fit`), to show the memory changes nothing (interpreted core only). `--arg`
+gives the replays' policy plugin arguments, as `sim_speed.py`'s does (e.g. `--only
+philly_tiresias --arg tiresias.estimate_weight=4`); a replay whose policy lacks the plugin fails.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ sys.path.insert(0, str(HERE))
 
 from corral.config.cluster_file import ClusterConfig  # noqa: E402
 from corral.core.decisions import CycleResult  # noqa: E402
-from corral.policies.registry import load_policy  # noqa: E402
+from corral.policies.registry import load_policy, parse_plugin_args  # noqa: E402
 from corral.sim.engine import SimOptions, Simulation  # noqa: E402
 from corral.sim.eventlog import EventLog  # noqa: E402
 from corral.sim.jobmodel import PreemptionCost  # noqa: E402
@@ -89,6 +91,10 @@ CASES: dict[str, Case] = {
     # Tiresias inside a queue (issue 16, fifth pass; not on a main without the `tiresias` policy)
     "philly_quarter_tiresias": _philly_shared(0.25, "tiresias"),
     "overload128_tiresias_1000": _overload(128, 1000, "tiresias"),
+    # whole Philly and a fifth under `tiresias` (issue 16, ninth pass: with `--arg
+    # tiresias.estimate_weight=4`, the estimator's cache against the long way)
+    "philly_tiresias": _philly_shared(1.0, "tiresias"),
+    "philly_fifth_tiresias": _philly_shared(0.2, "tiresias"),
 }
 QUICK = ["philly_las_1024", "philly_half_sjf", "overload64_default_2000"]
 
@@ -114,15 +120,17 @@ class Digest:
         self.reasons.update("\n".join(lines).encode())
 
 
-def replay(name: str, reasons: bool) -> dict[str, Any]:
+def replay(name: str, reasons: bool, args: list[str] | None = None) -> dict[str, Any]:
     cluster, jobs, policy, options = CASES[name]()
     digest = Digest()
-    sim = Simulation(cluster, jobs, load_policy(policy), EventLog([digest.event]), options)
+    profile = load_policy(policy, parse_plugin_args(args or []))
+    sim = Simulation(cluster, jobs, profile, EventLog([digest.event]), options)
     if reasons:
         sim.on_cycle = digest.cycle
     started, cpu = time.perf_counter(), time.process_time()
     sim.run()
-    out: dict[str, Any] = {"case": name, "events": digest.events, "log_sha256": digest.log.hexdigest()}
+    out: dict[str, Any] = {"case": name} | ({"args": args} if args else {})
+    out |= {"events": digest.events, "log_sha256": digest.log.hexdigest()}
     if reasons:
         out["reasons_sha256"] = digest.reasons.hexdigest()
     out["s"] = round(time.perf_counter() - started, 1)
@@ -140,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="search every reservation again instead of answering from memory (interpreted core only)",
     )
+    parser.add_argument("--arg", action="append", default=[], help="PLUGIN.KEY=VALUE, policy arguments")
     args = parser.parse_args(argv)
     if args.search_again:
         from corral.core import reserve
@@ -150,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown replay {', '.join(unknown)}; known: {', '.join(CASES)}")
     for name in names:
-        print(json.dumps(replay(name, args.reasons)), flush=True)
+        print(json.dumps(replay(name, args.reasons, args.arg)), flush=True)
     return 0
 
 

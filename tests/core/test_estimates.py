@@ -57,7 +57,7 @@ def test_memory_is_bounded_per_key_and_in_keys() -> None:
     for i in range(10):
         est.observe(job(), float(i))
     runs = est.runs[("q", "a")]
-    assert runs.ordered == [6.0, 7.0, 8.0, 9.0]  # the newest four, sorted
+    assert runs.in_order() == [6.0, 7.0, 8.0, 9.0]  # the newest four, sorted
     for i in range(20):
         est.observe(job(name=f"n{i}"), 1.0)
     assert len(est.runs) <= 12

@@ -12,7 +12,7 @@ from bisect import bisect_left, insort
 from collections.abc import Sequence
 
 from corral.core.errors import InvariantError
-from corral.core.estimates import Estimator, Keys, keys_of
+from corral.core.estimates import Chain, Estimator
 from corral.core.jobs import NO_END, PendingJob, RunningAttempt
 from corral.core.model import JobId
 from corral.core.nodes import NodeTable
@@ -136,7 +136,9 @@ class AttemptTable(NodeTable):
         """Estimate when an attempt without a time limit ends, given the time it has run by `now`."""
         assert self.estimator is not None
         before = seconds_run(attempt.job)  # earlier attempts
-        found = self.estimator.estimate(attempt.spec, before + now - attempt.start, history_keys(attempt.job))
+        estimator = self.estimator
+        chain = history_keys(estimator, attempt.job)
+        found = estimator.estimate(attempt.spec, before + now - attempt.start, chain)
         if found is None:
             return
         attempt.estimate = found
@@ -187,12 +189,12 @@ class AttemptTable(NodeTable):
         return self.min_runtime_by_value.get(attempt.job.spec.priority, 0.0) * (1 << earlier)
 
 
-def history_keys(job: PendingJob) -> Keys:
-    """The job's history keys (`estimates.keys_of`), built once."""
-    keys = job.history_keys
-    if keys is None:
-        keys = job.history_keys = keys_of(job.spec)
-    return keys
+def history_keys(estimator: Estimator, job: PendingJob) -> Chain:
+    """The job's history keys (`Estimator.chain`), resolved once."""
+    chain = job.history_keys
+    if chain is None:
+        chain = job.history_keys = estimator.chain(job.spec)
+    return chain
 
 
 def seconds_run(job: PendingJob) -> float:

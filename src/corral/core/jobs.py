@@ -10,7 +10,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from corral.core.estimates import Estimate, Keys
+from corral.core.estimates import Chain, Estimate
 from corral.core.limits import FamilyLimits
 from corral.core.model import INFINITY, JobId, JobSpec, QueueSpec
 
@@ -83,7 +83,7 @@ class PendingJob:
         self.verdict_key = -1  # its (shape, queue, class, time limit, preemptible), interned by the state
         self.family = -1  # the same without the time limit, interned by the state
         self.estimate: Estimate | None = None  # its run time from history (`estimates`), set when queued
-        self.history_keys: Keys | None = None  # its `estimates.keys_of`, built once
+        self.history_keys: Chain | None = None  # its `Estimator.chain`, resolved once
         # its last reservation from estimated ends: (searched at, start or INFINITY, capacity,
         # the estimate the start rests on), reused for a while (`estimated_holds`)
         self.estimated_hold: tuple[float, float, tuple[tuple[int, int], ...], Estimate | None] | None = None

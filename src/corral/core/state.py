@@ -158,8 +158,9 @@ class ClusterState(AttemptTable):
     def _enqueue(self, job: PendingJob) -> None:
         spec = job.spec
         queue = self.queue(spec.queue)
-        if self.estimator is not None:
-            job.estimate = self.estimator.estimate(spec, seconds_run(job), history_keys(job))
+        estimator = self.estimator
+        if estimator is not None:
+            job.estimate = estimator.estimate(spec, seconds_run(job), history_keys(estimator, job))
         job.key = self.order_key(job)
         queue.pending[spec.id] = job
         insort(queue.pending_keys, job.key)
@@ -296,7 +297,7 @@ class ClusterState(AttemptTable):
             self._enqueue(job)
         elif self.estimator is not None:
             ran = seconds_run(job) if spec.gpus else now - attempt.start
-            self.estimator.observe(spec, ran, history_keys(job))
+            self.estimator.observe(spec, ran, history_keys(self.estimator, job))
         return attempt
 
     def mark_preempting(self, job_id: JobId, deadline: float, by: JobId | None) -> None:
