@@ -1,6 +1,7 @@
 """`tiresias`' options that read run times learned from history: the order inside a level by
 estimated remaining run time (`estimate_weight`, `estimate_cap`), and reservations on the
-estimated ends of jobs without a time limit (`hold_after`). Both off by default."""
+estimated ends of jobs without a time limit (`hold_after`). The order is on by default
+(`estimate_weight` 4: issue 16, ninth pass), the holds off."""
 
 from __future__ import annotations
 
@@ -42,10 +43,11 @@ def spec(job_id: str, name: str, submit: float, gpus: int = 1) -> JobSpec:
     )
 
 
-def test_the_options_are_off_by_default_and_learn_nothing() -> None:
+def test_the_order_by_estimates_is_on_by_default_and_the_holds_off() -> None:
     profile = tiresias()
-    assert not profile.uses_estimates and profile.hold_after is None
-    assert tiresias(estimate_weight=1.0).uses_estimates
+    assert profile.uses_estimates and profile.hold_after is None
+    assert profile.job_order.args.estimate_weight == 4.0  # type: ignore[attr-defined]
+    assert not tiresias(estimate_weight=0.0).uses_estimates  # off: nothing is learned
     assert tiresias(hold_after=3600.0).hold_after == 3600.0
     from_cli = parse_plugin_args(["tiresias.estimate_weight=0.5", "tiresias.hold_after=86400"])
     profile = load_policy("tiresias", from_cli)
@@ -62,7 +64,8 @@ def test_inside_a_level_the_shortest_estimated_job_goes_first() -> None:
         state.submit(spec("short", "short", 10.0))
         return run(state, 20.0, profile).starts[0].job
 
-    assert first(tiresias()) == "long"  # first come, first served
+    assert first(tiresias(estimate_weight=0.0)) == "long"  # first come, first served
+    assert first(tiresias()) == "short"  # the default weight, 4
     assert first(tiresias(estimate_weight=1.0)) == "short"  # placed at 60 s against 36,000 s
     assert first(tiresias(estimate_weight=1.0, estimate_cap=5.0)) == "long"  # delayed 5 s at most
     # a level still comes first: a short job that has received much service waits behind
@@ -85,7 +88,9 @@ def test_the_estimated_remaining_run_time_delays_a_job_and_its_patience() -> Non
     # patience counts from there: a job placed later never reclaims more than one placed earlier
     assert not plugin._patience_over(job, 50.0 + 100.0)
     assert plugin._patience_over(job, 50.0 + 7200.0 + 100.0)
-    assert Tiresias(TiresiasArgs(patience=100.0))._patience_over(job, 150.0)  # weight 0: from submit
+    assert Tiresias(TiresiasArgs(patience=100.0, estimate_weight=0.0))._patience_over(
+        job, 150.0
+    )  # weight 0: from submit
 
 
 def test_hold_after_reserves_from_the_estimated_ends_of_jobs_without_a_time_limit() -> None:

@@ -60,7 +60,8 @@ POLICIES: dict[str, dict[str, Any]] = {
     },
     "tiresias": {
         "description": "default, with Tiresias' discretised least attained service inside a queue: "
-        "jobs wait by attained-service level, then FIFO; a waiting job preempts a job of its queue "
+        "jobs wait by attained-service level, then by submit time delayed by 4 x the estimated remaining "
+        "run time (shortest expected first, aged by waiting); a waiting job preempts a job of its queue "
         "and class in a worse level that would lose little work",
         "order": "tiresias",
         "queue_order": "fair_share",

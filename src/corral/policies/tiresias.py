@@ -59,7 +59,7 @@ class TiresiasArgs(PriorityReclaimArgs):
     # inside a level, a job is placed as if submitted `estimate_weight` x its estimated remaining
     # run time (at most `estimate_cap` seconds) later: shortest expected first, aged by waiting
     # (0: first come, first served, and nothing is learned for the order)
-    estimate_weight: float = 0.0
+    estimate_weight: float = 4.0
     estimate_cap: float = 86_400.0
     # reservations on the estimated ends of jobs without a time limit: held at once on a confident
     # estimate, else once the job has waited this many seconds (`Profile.hold_after`; None: none)
