@@ -31,7 +31,7 @@ def next_starts(
 ) -> dict[str, Any]:
     """Per attempt the fleet ended: exit committed -> the first later start on one of its GPUs
     (journal time, and the agent's receipt), and -> its ending."""
-    from bench.server_bench import percentile
+    from bench.server_probes import percentile
 
     mine = {(e["job"], e["attempt"]) for e in ended}
     gpus: dict[tuple[str, int], set[tuple[str, int]]] = {}

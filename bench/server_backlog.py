@@ -153,14 +153,14 @@ class Probe:
         self.rss: dict[str, list[float]] = {"api": [], "scheduler": []}
 
     def read(self) -> dict[str, Any]:
-        from bench.server_bench import cpu_seconds
+        from bench.server_probes import cpu_seconds
 
         m = metrics(self.http)
         return {"t": time.monotonic(), "api": cpu_seconds(self.api), "scheduler": cpu_seconds(self.scheduler),
                 **m}  # fmt: skip
 
     def sample(self) -> None:
-        from bench.server_bench import status_mib
+        from bench.server_probes import status_mib
 
         self.rss["api"].append(status_mib(self.api, "VmRSS"))
         self.rss["scheduler"].append(status_mib(self.scheduler, "VmRSS"))
@@ -314,7 +314,7 @@ def windows(
 def phases(
     server: Any, http: Any, cluster: Path, tmp: Path, size: dict[str, Any], args: Any
 ) -> dict[str, Any]:
-    from bench.server_bench import child_pid
+    from bench.server_probes import child_pid
 
     out: dict[str, Any] = {"nodes": size["nodes"]}
     fleet, out["joined_s"] = start_fleet(server, cluster, tmp)
