@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import httpx
+
 from tests.server.harness import FakeAgent, Server, wait_for
 from tests.server.scenario import events, job, submit
 
@@ -21,6 +23,16 @@ def _start(agent: FakeAgent, job_id: str) -> None:
 
     wait_for(started, timeout=15)
     assert agent.report(job_id, 1, "running").status_code == 200
+
+
+def _run_one(c: httpx.Client, agent: FakeAgent, **spec: Any) -> str:
+    """Submit a job, start it, let it run half a second and exit 0: history for the next ones."""
+    done = str(submit(c, **spec)["id"])
+    _start(agent, done)
+    time.sleep(0.5)
+    assert agent.report(done, 1, "exited", 0).status_code == 200
+    wait_for(lambda: job(c, done)["state"] == "finished")
+    return done
 
 
 def test_estimates_survive_a_restart_and_name_their_history(server: Server) -> None:
@@ -66,11 +78,7 @@ def test_a_start_event_carries_the_estimate_the_job_was_queued_with(server: Serv
     agent.register()
     try:
         with server.client() as c:
-            first = submit(c, queue="research", name="train", gpus_per_replica=6)["id"]
-            _start(agent, first)
-            time.sleep(0.5)
-            assert agent.report(first, 1, "exited", 0).status_code == 200
-            wait_for(lambda: job(c, first)["state"] == "finished")
+            first = _run_one(c, agent, queue="research", name="train", gpus_per_replica=6)
             second = submit(c, queue="research", name="train", gpus_per_replica=6)["id"]
             _start(agent, second)
             log = events(c)
@@ -146,11 +154,7 @@ def test_a_job_array_carries_a_tasks_estimate_and_its_running_tasks_end(server: 
     agent.register()
     try:
         with server.client() as c:
-            first = submit(c, queue="research", name="sweep", gpus_per_replica=4)["id"]
-            _start(agent, first)
-            time.sleep(0.5)
-            assert agent.report(first, 1, "exited", 0).status_code == 200
-            wait_for(lambda: job(c, first)["state"] == "finished")
+            first = _run_one(c, agent, queue="research", name="sweep", gpus_per_replica=4)
             ran = _ran(events(c), first)
             time.sleep(2.1)  # the API reads newly finished jobs at most every 2 s (REFRESH)
             made = submit(c, queue="research", name="sweep", gpus_per_replica=4, array="0-2%1")
