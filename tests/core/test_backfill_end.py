@@ -55,7 +55,8 @@ def test_touched_nodes_give_the_end_of_every_lifted_node(data: st.DataObject) ->
             except ValueError:
                 continue
         running = sorted(state.running)
-        for job_id in data.draw(st.lists(st.sampled_from(running), unique=True, max_size=2)) if running else []:
+        ending = data.draw(st.lists(st.sampled_from(running), unique=True, max_size=2)) if running else []
+        for job_id in ending:
             state.end(job_id, requeue=False, now=float(cycle))
         schedule(state, policy, float(cycle))
         mark = state.plan.checkpoint()

@@ -19,7 +19,8 @@ from tests.core.test_preemption_memo import busy
 from tests.core.test_repeats import play
 
 
-def _index(zero: bool, classes: list[int], nodes: list[tuple[int, tuple[int, ...]]], domains: int) -> FreeIndex:
+def _index(zero: bool, classes: list[int], nodes: list[tuple[int, int]], domains: int) -> FreeIndex:
+    """An index of `nodes` ((class, leaf domain) each, under the root), bucket 0 kept or not."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(index, "ZERO_BUCKET", zero)
         built = FreeIndex()
@@ -27,8 +28,8 @@ def _index(zero: bool, classes: list[int], nodes: list[tuple[int, tuple[int, ...
             built.add_class(gpus)
         for _ in range(domains):
             built.add_domain()
-        for node, (cls, *doms) in enumerate(nodes):
-            built.add_node(node, cls, (0, *doms))
+        for node, (cls, leaf) in enumerate(nodes):
+            built.add_node(node, cls, (0, leaf))
     return built
 
 
