@@ -61,19 +61,28 @@ def backfill_end(cycle: Booking) -> float | None:
     touched_only = TOUCHED_ONLY
     i = 0
     while i < len(by_start) and found is None:
-        start = by_start[i].start
-        touched: dict[int, int] = {}
+        start, first = by_start[i].start, i
         while i < len(by_start) and by_start[i].start == start:
             for node, gpus in by_start[i].capacity:
-                touched[node] = lifted[node] = lifted.get(node, 0) + gpus
+                lifted[node] = lifted.get(node, 0) + gpus
             i += 1
+        if not touched_only:
+            for n, gpus in lifted.items():  # `available_lifting` from the free counts
+                offers = free[n] - reserved[n] + gpus if state.is_schedulable(n) else 0
+                if (offers if offers > 0 else 0) != avail[n]:
+                    found = start
+                    break
+            continue
         # a node this start's reservations do not touch offers what it offered when the later
         # starts were lifted (nothing else changed): found equal then, it is equal now; checking
         # only the touched nodes keeps the cost with the reservations, not their running sum
-        for n, gpus in (touched if touched_only else lifted).items():  # `available_lifting`
-            offers = free[n] - reserved[n] + gpus if state.is_schedulable(n) else 0
-            if (offers if offers > 0 else 0) != avail[n]:
-                found = start
+        for j in range(first, i):
+            for n, _ in by_start[j].capacity:
+                offers = free[n] - reserved[n] + lifted[n] if state.is_schedulable(n) else 0
+                if (offers if offers > 0 else 0) != avail[n]:
+                    found = start
+                    break
+            if found is not None:
                 break
     cycle.ends = (epoch, found)
     return found
