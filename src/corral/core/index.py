@@ -9,6 +9,11 @@ A bucket's order is a function of the nodes' available counts alone, not of the 
 nodes moved: tentative work that is rolled back (reservation searches, backfill attempts,
 victim searches) leaves no trace in later best-fit ties, so an answer computed on one state is
 valid on any equal state (`reserve`'s memory relies on it).
+
+Bucket 0 is kept empty: every reader asks for 1 GPU or more (placement sends gangs without GPUs
+to its scan), and on a full cluster it would hold nearly every node, so that each move into or
+out of it (a reservation held or cleared on a node with free GPUs, every cycle) shifted a list
+of the cluster's size (`ZERO_BUCKET` keeps it filled, for the tests that compare).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
 
 Bucket = list[int]
+ZERO_BUCKET = False  # True: nodes with no GPU available are kept in bucket 0 too (tests compare)
 
 
 class FreeIndex:
@@ -46,7 +52,8 @@ class FreeIndex:
             bl = per_class.get(cls)
             if bl is None:
                 bl = per_class[cls] = [[] for _ in range(size)]
-            insort(bl[0], node)
+            if ZERO_BUCKET:
+                insort(bl[0], node)
             lists.append(bl)
         self._node_lists.append(lists)
         self.avail.append(0)
@@ -56,10 +63,13 @@ class FreeIndex:
         if old == new:
             return
         self.avail[node] = new
+        zero = ZERO_BUCKET
         for bl in self._node_lists[node]:
-            bucket = bl[old]
-            del bucket[bisect_left(bucket, node)]
-            insort(bl[new], node)
+            if old or zero:
+                bucket = bl[old]
+                del bucket[bisect_left(bucket, node)]
+            if new or zero:
+                insort(bl[new], node)
 
     def best_fit(self, domain: int, classes: Iterable[int], need: int) -> int:
         """The node with the fewest available GPUs that still has `need`; -1 when none."""
