@@ -3,7 +3,8 @@
 `preemption.Preemption` answers a search that found nothing again for a job of the same
 `Victims.preemptor_key` and family while the cycle's epoch holds, ranks the candidates once per
 preemptor key (for `las`, once per cycle, less the attempts that stopped being candidates) and
-remembers when protections end per preemptor key. The same random clusters, backlogs and cycles
+remembers when protections end per preemptor key (`tiresias`' holds its level and whether its
+`patience` is over: `play` runs it with a short patience, levels crossed and checkpoints). The same random clusters, backlogs and cycles
 run with that memory and without it (`preemption.REMEMBER`); every decision and reason must
 match: the backlogs of `test_repeats.play`, and busy clusters where queues borrow beyond their
 quotas and many jobs of a few shapes search for victims in each cycle.
@@ -91,14 +92,19 @@ def both(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), policy=st.sampled_from(["default", "las"]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    policy=st.sampled_from(["default", "las", "tiresias", "tiresias_estimated"]),
+)
 def test_remembered_searches_change_nothing(seed: int, policy: str) -> None:
     remembered, searched = both(play, seed, policy)
     assert remembered == searched
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), policy=st.sampled_from(["default", "las"]), walk=st.booleans())
+@given(
+    seed=st.integers(0, 2**32 - 1), policy=st.sampled_from(["default", "las", "tiresias"]), walk=st.booleans()
+)
 def test_remembered_searches_change_nothing_on_a_busy_cluster(seed: int, policy: str, walk: bool) -> None:
     remembered, searched = both(busy, seed, policy, walk=walk)
     assert remembered == searched

@@ -3,9 +3,12 @@ preemption bounded by the victim's lost work, promotion of long waits, fair shar
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corral.core.errors import ConfigError
 from corral.core.jobs import PendingJob
@@ -229,3 +232,54 @@ def test_victim_selection_reads_only_the_narrowed_attempts_of_the_own_group() ->
     whole = getattr(tiresias(patience=0.0).victims, "narrow")  # noqa: B009
     assert whole(preemptor, ("default", 100), state, 1000.0) is None  # no patience: the whole group
     assert not hasattr(load_policy("default").victims, "narrow")
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_preemptors_of_one_key_are_told_the_same_victims(seed: int) -> None:
+    """`preemptor_key` holds all that the victims plugin reads of a preemptor at `now` (a cycle's
+    memory of victim searches is keyed by it): two preemptors with equal keys get the same
+    `group_eligible`, `narrow`, `eligible` and `rank` answers, on random clusters where queues
+    borrow, candidates checkpoint, preemptors differ by level and by whether `patience` is over."""
+    rng = random.Random(seed)
+    qa, qb = queues(("a", 4), ("b", 4))
+    state = state_of(nodes(2, 8), [qa, qb])
+    for i in range(16):
+        if rng.random() < 0.6:
+            occupy(
+                state, f"r{i}", f"n{i // 8:02d}", [i % 8], queue=rng.choice("ab"),
+                priority=rng.choice(["normal", "high"]), now=rng.choice([0.0, 500.0, 1500.0]),
+            )  # fmt: skip
+            if rng.random() < 0.5:
+                state.record_checkpoint(JobId(f"r{i}"), rng.choice([1600.0, 1900.0]))
+    pending = [
+        submit(
+            state,
+            f"p{i}",
+            attained=rng.choice([0.0, 2000.0, 20_000.0]),
+            queue=rng.choice("ab"),
+            gpus=rng.choice([1, 2]),
+            priority=rng.choice(["normal", "high"]),
+            submit=rng.choice([0.0, 1500.0]),
+        )  # fmt: skip
+        for i in range(12)
+    ]
+    plugin: Any = tiresias(thresholds=[1500.0, 15_000.0], patience=1000.0).victims
+    now = 2000.0
+    state.occupancy.settle(now)
+    groups = sorted(state.occupancy.members)
+    attempts = list(state.running.values())
+
+    def seen(p: PendingJob) -> tuple[Any, ...]:
+        narrowed = [plugin.narrow(p, g, state, now) for g in groups]
+        return (
+            [plugin.group_eligible(p, q, c, state, now) for q, c in groups],
+            [None if n is None else sorted(a.spec.id for a in n) for n in narrowed],
+            [plugin.eligible(p, a, state, now) for a in attempts],
+            [a.spec.id for a in plugin.rank(p, attempts, state, now)],
+        )
+
+    by_key: dict[Any, tuple[Any, ...]] = {}
+    for p in pending:
+        key = plugin.preemptor_key(p, now)
+        assert by_key.setdefault(key, seen(p)) == seen(p), key

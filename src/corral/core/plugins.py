@@ -69,11 +69,11 @@ class VictimFilter(Protocol):
         """What `group_eligible` reads of the preemptor beyond its family, as an int."""
         ...
 
-    def preemptor_key(self, preemptor: PendingJob) -> Hashable | None:
-        """Everything the plugin (`eligible`, `group_eligible`, `rank`, `permit`) reads of the
-        preemptor, as one value: preemptors with equal keys and one placement request find the
-        same victims in one state, so a cycle searches once for them while nothing changes
-        (`preemption.Preemption`). None: no such value (every search runs)."""
+    def preemptor_key(self, preemptor: PendingJob, now: float) -> Hashable | None:
+        """Everything the plugin (`eligible`, `group_eligible`, `rank`, `permit`, `narrow`) reads
+        of the preemptor at `now`, as one value: preemptors with equal keys and one placement
+        request find the same victims in one state at one time, so a cycle searches once for them
+        while nothing changes (`preemption.Preemption`). None: no such value (every search runs)."""
         ...
 
     def eligible(

@@ -107,7 +107,7 @@ def ranked_candidates(
         few = narrowed(state, plugin, job, now, ok)
     key: Hashable | None = None
     if memo is not None and not few:
-        pkey = plugin.preemptor_key(job)
+        pkey = plugin.preemptor_key(job, now)
         if pkey is not None:
             key = (pkey, frozenset(ok))
             found = memo.get(key)

@@ -97,7 +97,7 @@ class Preemption:
         assert victims_plugin is not None
         if not self.may_search(host, self.no_victims, job):
             return None
-        pkey = victims_plugin.preemptor_key(job)
+        pkey = victims_plugin.preemptor_key(job, host.now)
         # the job's family fixes its placement request (its shape) and its queue and class
         memo = None if pkey is None or not REMEMBER else (pkey, job.family, job.avoid_nodes)
         if memo is not None:
@@ -304,7 +304,7 @@ class Preemption:
         preemptor key while no queue's counted GPUs change: `group_eligible` reads no more)."""
         assert self.protection is not None
         state, now = host.state, host.now
-        pkey = plugin.preemptor_key(job) if REMEMBER else None
+        pkey = plugin.preemptor_key(job, now) if REMEMBER else None
         if pkey is not None:
             found = self.until.get(pkey)
             if found is not None and found[0] == state.use_version:

@@ -27,8 +27,8 @@ class SameQueue:
     def family_part(self, preemptor: PendingJob) -> int:
         return self.inner.family_part(preemptor)
 
-    def preemptor_key(self, preemptor: PendingJob) -> Hashable | None:
-        inner = self.inner.preemptor_key(preemptor)
+    def preemptor_key(self, preemptor: PendingJob, now: float) -> Hashable | None:
+        inner = self.inner.preemptor_key(preemptor, now)
         return None if inner is None else ("same queue", preemptor.spec.queue, inner)
 
     def eligible(

@@ -137,10 +137,18 @@ class Tiresias:
         one level in that order, and a later one may take no borrower an earlier one may not."""
         return self.job_level(preemptor)
 
-    def preemptor_key(self, preemptor: PendingJob) -> Hashable | None:
-        """None: nothing is remembered (`narrow` reads the preemptor's level and the fresh
-        candidates, which change with every checkpoint)."""
-        return None
+    def preemptor_key(self, preemptor: PendingJob, now: float) -> Hashable | None:
+        """Its queue, class and GPUs (reclaim's), its level, and whether its `patience` is over at
+        `now`: all that `eligible`, `group_eligible`, `rank`, `permit` and `narrow` read of it (the
+        fresh candidates `narrow` reads are the state's, which a cycle's memory is keyed by)."""
+        spec = preemptor.spec
+        return (
+            spec.queue,
+            spec.priority,
+            spec.gpus,
+            self.job_level(preemptor),
+            self._patience_over(preemptor, now),
+        )
 
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float

@@ -56,7 +56,7 @@ class PriorityReclaim:
     def family_part(self, preemptor: PendingJob) -> int:
         return 0
 
-    def preemptor_key(self, preemptor: PendingJob) -> Hashable | None:
+    def preemptor_key(self, preemptor: PendingJob, now: float) -> Hashable | None:
         """Its queue, class and GPUs (what `eligible`, `group_eligible` and `permit` read)."""
         spec = preemptor.spec
         return (spec.queue, spec.priority, spec.gpus)
@@ -210,7 +210,7 @@ class AttainedService:
         """`group_eligible` reads whether the preemptor is below the top attained-service level."""
         return int(self._level(preemptor.attained) < len(self.args.thresholds))
 
-    def preemptor_key(self, preemptor: PendingJob) -> Hashable | None:
+    def preemptor_key(self, preemptor: PendingJob, now: float) -> Hashable | None:
         """Its attained-service level (all that `eligible`, `group_eligible` and `rank` read)."""
         return self._level(preemptor.attained)
 
