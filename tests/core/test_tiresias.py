@@ -261,7 +261,7 @@ def test_preemptors_of_one_key_are_told_the_same_victims(seed: int) -> None:
             gpus=rng.choice([1, 2]),
             priority=rng.choice(["normal", "high"]),
             submit=rng.choice([0.0, 1500.0]),
-        )  # fmt: skip
+        )
         for i in range(12)
     ]
     plugin: Any = tiresias(thresholds=[1500.0, 15_000.0], patience=1000.0).victims
