@@ -7,7 +7,8 @@ remembers when protections end per preemptor key (`tiresias`' holds its level an
 `patience` is over: `play` runs it with a short patience, levels crossed and checkpoints). The
 same random clusters, backlogs and cycles run with that memory and without it
 (`preemption.REMEMBER`); every decision and reason must match: the backlogs of
-`test_repeats.play`, and busy clusters where queues borrow beyond their quotas and many jobs of a few shapes search for victims in each cycle.
+`test_repeats.play`, and busy clusters where queues borrow beyond their quotas and many jobs of
+a few shapes search for victims in each cycle.
 """
 
 from __future__ import annotations
