@@ -147,6 +147,12 @@ class Preemption:
         if not self.may_search(host, self.no_budget_victims, job):
             return None
         narrowed = SameQueue(victims_plugin)
+        pkey = narrowed.preemptor_key(job, now)
+        memo = None if pkey is None or not REMEMBER else ("budget", pkey, job.family, job.avoid_nodes)
+        if memo is not None:
+            found = self.fruitless.get(memo)
+            if found is not None and found[0] == host.epoch():
+                return None  # its candidates free no placement for it, as for the last of its key
         ranked = ranked_candidates(state, narrowed, job, now, memo=self._ranked())
         if not ranked:
             _none_up_to(self.no_budget_victims, job)
@@ -154,6 +160,8 @@ class Preemption:
         req = host.request(job)
         selection = select_victims(state, narrowed, job, req, now, self._ranked(), self._nodes())
         if not isinstance(selection, Selection):
+            if memo is not None:  # (a key of its own: `SameQueue`'s)
+                self.fruitless[memo] = (host.epoch(), False)
             return None  # even its queue's lower classes do not free a placement for it
         victims = list(selection.victims)
         taken = {id(v) for v in victims}
