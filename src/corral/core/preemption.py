@@ -72,6 +72,9 @@ class Preemption:
         # search that found nothing, answered again while the epoch holds (no start, preemption,
         # nomination or reservation since: the search reads only the state and those)
         self.fruitless: dict[Hashable, tuple[tuple[int, int, bool], bool]] = {}
+        # (reason, protection end) -> the reason naming that end: one sentence per pair in a
+        # cycle (one `now`), not one per job told it (`reasons.with_protection` formats a clock)
+        self.with_protection: dict[tuple[Reason, float], Reason] = {}
 
     def may_search(self, host: Host, none_up_to: dict[QueueName, dict[int, int]], job: PendingJob) -> bool:
         """Whether to search victims for the job: not when its queue was found to have none for
@@ -273,7 +276,7 @@ class Preemption:
         if until is None:
             return why
         result.wake_at(until)
-        return why_text.with_protection(why, until, now)
+        return self._with_protection(why, until, now)
 
     def unchanged_protected(self, host: Host, job: PendingJob, why: Reason, plugin: Victims) -> Reason | None:
         """What `protected` answers, when calling it would change nothing in the cycle (its time
@@ -297,7 +300,17 @@ class Preemption:
             return why
         if result.now < until < result.next_wake:
             return None
-        return why_text.with_protection(why, until, host.now)
+        return self._with_protection(why, until, now)
+
+    def _with_protection(self, why: Reason, until: float, now: float) -> Reason:
+        """`reasons.with_protection`, remembered for the cycle (its `now` never changes)."""
+        if not REMEMBER:
+            return why_text.with_protection(why, until, now)
+        key = (why, until)
+        found = self.with_protection.get(key)
+        if found is None:
+            found = self.with_protection[key] = why_text.with_protection(why, until, now)
+        return found
 
     def _until(self, host: Host, job: PendingJob, plugin: Victims) -> float | None:
         """When the first protection of the groups the plugin allows the job ends (remembered per
