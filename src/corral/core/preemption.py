@@ -26,6 +26,7 @@ from corral.core.state import ClusterState
 from corral.core.victim_nodes import NodesMemo
 
 REMEMBER = True  # False: every search, ranking and protection end computed anew (tests compare)
+SAME_SENTENCES = True  # False: every protection sentence formatted anew (tests compare)
 
 
 class Host(Protocol):
@@ -72,9 +73,11 @@ class Preemption:
         # search that found nothing, answered again while the epoch holds (no start, preemption,
         # nomination or reservation since: the search reads only the state and those)
         self.fruitless: dict[Hashable, tuple[tuple[int, int, bool], bool]] = {}
-        # (reason, protection end) -> the reason naming that end: one sentence per pair in a
-        # cycle (one `now`), not one per job told it (`reasons.with_protection` formats a clock)
-        self.with_protection: dict[tuple[Reason, float], Reason] = {}
+        # (id of a reason, protection end) -> (that reason, kept alive so that its id is not
+        # reused; the reason naming that end): one sentence per pair in a cycle (one `now`), not
+        # one per job told it (`reasons.with_protection` formats a clock; a walk's jobs of one
+        # family are told the same reason object)
+        self.with_protection: dict[tuple[int, float], tuple[Reason, Reason]] = {}
 
     def may_search(self, host: Host, none_up_to: dict[QueueName, dict[int, int]], job: PendingJob) -> bool:
         """Whether to search victims for the job: not when its queue was found to have none for
@@ -304,13 +307,13 @@ class Preemption:
 
     def _with_protection(self, why: Reason, until: float, now: float) -> Reason:
         """`reasons.with_protection`, remembered for the cycle (its `now` never changes)."""
-        if not REMEMBER:
+        if not (REMEMBER and SAME_SENTENCES):
             return why_text.with_protection(why, until, now)
-        key = (why, until)
+        key = (id(why), until)
         found = self.with_protection.get(key)
         if found is None:
-            found = self.with_protection[key] = why_text.with_protection(why, until, now)
-        return found
+            found = self.with_protection[key] = (why, why_text.with_protection(why, until, now))
+        return found[1]
 
     def _until(self, host: Host, job: PendingJob, plugin: Victims) -> float | None:
         """When the first protection of the groups the plugin allows the job ends (remembered per
