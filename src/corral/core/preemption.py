@@ -27,6 +27,7 @@ from corral.core.victim_nodes import NodesMemo
 
 REMEMBER = True  # False: every search, ranking and protection end computed anew (tests compare)
 SAME_SENTENCES = True  # False: every protection sentence formatted anew (tests compare)
+NONE_BY_KEY = True  # False: no search answered from another family's (tests compare)
 
 
 class Host(Protocol):
@@ -78,6 +79,13 @@ class Preemption:
         # one per job told it (`reasons.with_protection` formats a clock; a walk's jobs of one
         # family are told the same reason object)
         self.with_protection: dict[tuple[int, float], tuple[Reason, Reason]] = {}
+        # preemptor key -> the queues' use version at which a search for a job of that key found
+        # no candidates at all: so for every job of that key while it holds (whether a running
+        # attempt is a candidate, and which groups the plugin allows, depend on the preemptor
+        # through its key alone: `Victims.preemptor_key`; not for a plugin that narrows groups,
+        # which reads the preemptor beyond it), whatever its shape, nodes avoided or the
+        # reservations (the families `fruitless` tells apart)
+        self.no_candidates: dict[Hashable, int] = {}
 
     def may_search(self, host: Host, none_up_to: dict[QueueName, dict[int, int]], job: PendingJob) -> bool:
         """Whether to search victims for the job: not when its queue was found to have none for
@@ -123,8 +131,15 @@ class Preemption:
     def _search(self, host: Host, plugin: Victims, job: PendingJob, req: Request) -> bool | Miss | None:
         """`preempt`'s search: NO_CANDIDATES or None when it found nothing (changing nothing)."""
         state = host.state
-        selection = select_victims(state, plugin, job, req, host.now, self._ranked(), self._nodes())
+        by_key = REMEMBER and NONE_BY_KEY and not hasattr(plugin, "narrow")
+        pkey = plugin.preemptor_key(job) if by_key else None
+        if pkey is not None and self.no_candidates.get(pkey) == state.use_version:
+            selection: Selection | Miss | None = NO_CANDIDATES  # as a search would find again
+        else:
+            selection = select_victims(state, plugin, job, req, host.now, self._ranked(), self._nodes())
         if selection is NO_CANDIDATES:
+            if pkey is not None:
+                self.no_candidates[pkey] = state.use_version
             _none_up_to(self.no_victims, job)
             return NO_CANDIDATES
         refused = isinstance(selection, Selection) and not plugin.permit(
