@@ -26,6 +26,8 @@ from corral.core.state import ClusterState
 from corral.core.victim_nodes import NodesMemo
 
 REMEMBER = True  # False: every search, ranking and protection end computed anew (tests compare)
+SAME_SENTENCES = True  # False: every protection sentence formatted anew (tests compare)
+NONE_BY_KEY = True  # False: no search answered from another family's (tests compare)
 
 
 class Host(Protocol):
@@ -72,6 +74,18 @@ class Preemption:
         # search that found nothing, answered again while the epoch holds (no start, preemption,
         # nomination or reservation since: the search reads only the state and those)
         self.fruitless: dict[Hashable, tuple[tuple[int, int, bool], bool]] = {}
+        # (id of a reason, protection end) -> (that reason, kept alive so that its id is not
+        # reused; the reason naming that end): one sentence per pair in a cycle (one `now`), not
+        # one per job told it (`reasons.with_protection` formats a clock; a walk's jobs of one
+        # family are told the same reason object)
+        self.with_protection: dict[tuple[int, float], tuple[Reason, Reason]] = {}
+        # preemptor key -> the queues' use version at which a search for a job of that key found
+        # no candidates at all: so for every job of that key while it holds (whether a running
+        # attempt is a candidate, and which groups the plugin allows, depend on the preemptor
+        # through its key alone: `Victims.preemptor_key`; not for a plugin that narrows groups,
+        # which reads the preemptor beyond it), whatever its shape, nodes avoided or the
+        # reservations (the families `fruitless` tells apart)
+        self.no_candidates: dict[Hashable, int] = {}
 
     def may_search(self, host: Host, none_up_to: dict[QueueName, dict[int, int]], job: PendingJob) -> bool:
         """Whether to search victims for the job: not when its queue was found to have none for
@@ -117,8 +131,15 @@ class Preemption:
     def _search(self, host: Host, plugin: Victims, job: PendingJob, req: Request) -> bool | Miss | None:
         """`preempt`'s search: NO_CANDIDATES or None when it found nothing (changing nothing)."""
         state = host.state
-        selection = select_victims(state, plugin, job, req, host.now, self._ranked(), self._nodes())
+        by_key = REMEMBER and NONE_BY_KEY and not hasattr(plugin, "narrow")
+        pkey = plugin.preemptor_key(job, host.now) if by_key else None
+        if pkey is not None and self.no_candidates.get(pkey) == state.use_version:
+            selection: Selection | Miss | None = NO_CANDIDATES  # as a search would find again
+        else:
+            selection = select_victims(state, plugin, job, req, host.now, self._ranked(), self._nodes())
         if selection is NO_CANDIDATES:
+            if pkey is not None:
+                self.no_candidates[pkey] = state.use_version
             _none_up_to(self.no_victims, job)
             return NO_CANDIDATES
         refused = isinstance(selection, Selection) and not plugin.permit(
@@ -281,7 +302,7 @@ class Preemption:
         if until is None:
             return why
         result.wake_at(until)
-        return why_text.with_protection(why, until, now)
+        return self._with_protection(why, until, now)
 
     def unchanged_protected(self, host: Host, job: PendingJob, why: Reason, plugin: Victims) -> Reason | None:
         """What `protected` answers, when calling it would change nothing in the cycle (its time
@@ -305,7 +326,17 @@ class Preemption:
             return why
         if result.now < until < result.next_wake:
             return None
-        return why_text.with_protection(why, until, host.now)
+        return self._with_protection(why, until, now)
+
+    def _with_protection(self, why: Reason, until: float, now: float) -> Reason:
+        """`reasons.with_protection`, remembered for the cycle (its `now` never changes)."""
+        if not (REMEMBER and SAME_SENTENCES):
+            return why_text.with_protection(why, until, now)
+        key = (id(why), until)
+        found = self.with_protection.get(key)
+        if found is None:
+            found = self.with_protection[key] = (why, why_text.with_protection(why, until, now))
+        return found[1]
 
     def _until(self, host: Host, job: PendingJob, plugin: Victims) -> float | None:
         """When the first protection of the groups the plugin allows the job ends (remembered per
