@@ -37,6 +37,7 @@ class FirstTold:
         self.done = False  # the walk is finished: every job was passed or looked at
         self.capacity_seen = False  # some family was passive as blocked by capacity
         self.bases: dict[tuple[object, ...], list[Family]] | None = None
+        self.twins_of: dict[int, list[Family]] = {}  # per family id (`PendingJob.family`): its twins
 
     def first_blocked(self, job: PendingJob, shape: Hashable) -> Reason | None:
         """What the first job of `job`'s (shape, queue, class, time limit) blocked by capacity in
@@ -77,7 +78,8 @@ class FirstTold:
         return keys[i], verdict.reason if verdict.per_limit is None else verdict.per_limit
 
     def twins(self, job: PendingJob) -> list[Family]:
-        """The families of the walk whose jobs share `job`'s shape, queue and class."""
+        """The families of the walk whose jobs share `job`'s shape, queue and class (found by its
+        family's id when its family is the walk's: no tuple of the shape to build and hash)."""
         if self.bases is None:
             self.bases = {}
             for fam in self.families:
@@ -85,18 +87,25 @@ class FirstTold:
                 fam.base = (first.shape, first.spec.queue, first.spec.priority)
                 fam.preemptible = first.spec.preemptible
                 self.bases.setdefault(fam.base, []).append(fam)
+            for fam in self.families:
+                assert fam.base is not None
+                self.twins_of[fam.family] = self.bases[fam.base]
+        found = self.twins_of.get(job.family)
+        if found is not None:
+            return found
         return self.bases.get((job.shape, job.spec.queue, job.spec.priority), [])
 
     def _twin_key(self, job: PendingJob, preemptible: bool) -> int | None:
         """The verdict key of `job`'s (shape, time limit) with the other preemptibility, if any."""
         return self.state.interned((blocked_key(job), preemptible))
 
-    def uniform(
-        self, first: PendingJob, base: tuple[object, ...], by_base: dict[tuple[object, ...], set[Reason]]
-    ) -> Reason | None:
-        """The one reason every capacity run of the families of `base` (`first`'s shape, queue and
-        class) gives, if the reasons its (shape, time limit)s were first told this cycle are all
-        the same (None: they differ, or name each job's own end)."""
+    def uniform(self, first: PendingJob, told: Reason | None, mixed: bool) -> Reason | None:
+        """The one reason every capacity run of the families of `first`'s shape, queue and class
+        gives, if the reasons its (shape, time limit)s were first told this cycle are all the same
+        (`told`: one of them, None if none; `mixed`: they differ) and the same as the runs' (None:
+        they differ, or name each job's own end)."""
+        if mixed:
+            return None
         only: Reason | PerLimit | None = None
         for twin in self.twins(first):
             for _, _, reason in twin.runs:
@@ -104,10 +113,10 @@ class FirstTold:
                     only = reason
                 elif reason is not only and reason != only:
                     return None
-        for reason in by_base.get(base, ()):
+        if told is not None:
             if only is None:
-                only = reason
-            elif reason is not only and reason != only:
+                only = told
+            elif told is not only and told != only:
                 return None
         return only if isinstance(only, Reason) else None
 

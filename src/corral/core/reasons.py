@@ -9,8 +9,8 @@ is ("in 3m"). Nothing here reads a clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Final, final
 
 from corral.core.decisions import Reason, Why
 from corral.core.estimates import Estimate
@@ -319,16 +319,36 @@ def with_relative(message: str, at: float | None, now: float) -> str:
 RUNS = "\x00"  # in a family's capacity sentence, where each job's own end goes (`PerLimit`)
 
 
-@dataclass(frozen=True, slots=True)
+@final
 class PerLimit:
     """A capacity sentence that names when the job would end (`Why.BEHIND_RESERVATION`): the same
     for every job of a family but for those words, filled in from each job's time limit when read
-    (`reasons.runs_until`). `reason`: the sentence of the job it was built for."""
+    (`reasons.runs_until`). `reason`: the sentence of the job it was built for. Immutable, compared
+    by value (written out as `Reason` is, for the compiled core)."""
 
-    head: str
-    tail: str
-    now: float
-    reason: Reason
+    __slots__ = ("head", "now", "reason", "tail")
+
+    def __init__(self, head: str, tail: str, now: float, reason: Reason) -> None:
+        self.head: Final = head
+        self.tail: Final = tail
+        self.now: Final = now
+        self.reason: Final = reason
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PerLimit):
+            return NotImplemented
+        return (
+            self.head == other.head
+            and self.tail == other.tail
+            and self.now == other.now
+            and self.reason == other.reason
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.head, self.tail, self.now, self.reason))
+
+    def __repr__(self) -> str:
+        return f"PerLimit(head={self.head!r}, tail={self.tail!r}, now={self.now!r}, reason={self.reason!r})"
 
     @staticmethod
     def of(template: Reason, now: float, limit: float | None) -> PerLimit | None:

@@ -135,11 +135,17 @@ class Walk:
         self._cut(everything=True)
         reasons = self.judge.reasons
         told_of = self.told
-        by_base: dict[tuple[object, ...], set[Reason]] = {}
+        # per (shape, queue, class): the first reason its (shape, time limit)s were told this
+        # cycle, and the bases told more than one (compared, not hashed: there may be many)
+        first_of: dict[tuple[object, ...], Reason] = {}
+        mixed: set[tuple[object, ...]] = set()
         if any(fam.runs for fam in self.families):
             for shape, reason in told_of.blocked.items():
                 if isinstance(shape, tuple):
-                    by_base.setdefault(shape[:3], set()).add(reason)
+                    base = shape[:3]
+                    seen = first_of.setdefault(base, reason)
+                    if seen is not reason and base not in mixed and seen != reason:
+                        mixed.add(base)
         uniform_of: dict[tuple[object, ...], Reason | None] = {}  # per (shape, queue, class)
         for fam in self.families:
             if not fam.runs:
@@ -149,7 +155,7 @@ class Walk:
             if base in uniform_of:
                 uniform = uniform_of[base]
             else:
-                uniform = uniform_of[base] = told_of.uniform(first, base, by_base)
+                uniform = uniform_of[base] = told_of.uniform(first, first_of.get(base), base in mixed)
             for lo_key, hi_key, told in fam.runs:
                 keys = fam.keys[bisect_left(fam.keys, lo_key) : bisect_right(fam.keys, hi_key)]
                 if uniform is not None:
