@@ -18,6 +18,8 @@ from corral.core.model import JobId
 from corral.core.reasons import PerLimit
 from corral.core.state import ClusterState
 
+TWINS_BY_FAMILY = True  # a job's twin families found by its family's id (False: by its shape; tests)
+
 
 class FirstTold:
     """The walk's families' capacity runs, as `first_blocked` reads them (kept past the walk)."""
@@ -90,7 +92,7 @@ class FirstTold:
             for fam in self.families:
                 assert fam.base is not None
                 self.twins_of[fam.family] = self.bases[fam.base]
-        found = self.twins_of.get(job.family)
+        found = self.twins_of.get(job.family) if TWINS_BY_FAMILY else None
         if found is not None:
             return found
         return self.bases.get((job.shape, job.spec.queue, job.spec.priority), [])

@@ -48,6 +48,9 @@ from corral.core.model import JobId
 MANY_SHAPES = 512  # above this many families in one walk, looking at each job costs less
 FEW_JOBS = 8  # up to this many jobs in one walk, looking at each job costs less
 AHEAD = True  # a family's verdict known before its first look spares the look (tests turn it off)
+# capacity runs whose jobs are all told one reason get it at once (`FirstTold.uniform`); False: every
+# run resolved job by job when read (the long way, for tests)
+UNIFORM_RUNS = True
 
 
 class Walk:
@@ -152,7 +155,9 @@ class Walk:
                 continue
             first = self.jobs[fam.keys[0][-1]]  # type: ignore[index]
             base = (first.shape, first.spec.queue, first.spec.priority)
-            if base in uniform_of:
+            if not UNIFORM_RUNS:
+                uniform = None
+            elif base in uniform_of:
                 uniform = uniform_of[base]
             else:
                 uniform = uniform_of[base] = told_of.uniform(first, first_of.get(base), base in mixed)
