@@ -155,12 +155,12 @@ class Walk:
                 continue
             first = self.jobs[fam.keys[0][-1]]  # type: ignore[index]
             base = (first.shape, first.spec.queue, first.spec.priority)
-            if not UNIFORM_RUNS:
-                uniform = None
-            elif base in uniform_of:
+            if base in uniform_of:
                 uniform = uniform_of[base]
             else:
                 uniform = uniform_of[base] = told_of.uniform(first, first_of.get(base), base in mixed)
+            if not UNIFORM_RUNS:
+                uniform = None  # (the long way: each job's reason resolved when read)
             for lo_key, hi_key, told in fam.runs:
                 keys = fam.keys[bisect_left(fam.keys, lo_key) : bisect_right(fam.keys, hi_key)]
                 if uniform is not None:
