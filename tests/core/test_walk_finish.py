@@ -23,6 +23,10 @@ from hypothesis import strategies as st
 from corral.core import first_told, repeats
 from corral.core import limits as limits_module
 from corral.core.decisions import Reason, Why
+from corral.core.families import Family
+from corral.core.first_told import FirstTold
+from corral.core.model import JobId, JobSpec, NodeName, NodeSpec, QueueName, QueueSpec
+from corral.core.state import ClusterState
 from tests.core.test_preemption_memo import both, busy
 from tests.core.test_repeats import play
 
@@ -74,3 +78,23 @@ def test_a_reason_is_a_value() -> None:
     assert repr(one) == "Reason(code=<Why.CAPACITY: 'capacity'>, message='needs 8 GPUs', at=10.0)"
     assert pickle.loads(pickle.dumps(one)) == one
     assert one != "needs 8 GPUs"
+
+
+def test_runs_of_a_shape_told_two_reasons_are_resolved_job_by_job() -> None:
+    """When the (shape, time limit)s of a shape were told different reasons this cycle, a run of
+    that shape is not told one reason, even if one of them is its own."""
+    nodes = [NodeSpec(NodeName("n0"), 8, "H100-80GB", labels={"leaf": "l0"})]
+    state = ClusterState.build(("leaf",), nodes, [QueueSpec(QueueName("q"))])
+    for i, limit in enumerate((600.0, 1200.0)):
+        state.submit(JobSpec(JobId(f"j{i}"), QueueName("q"), gpus_per_replica=1, time_limit=limit, seq=i))
+    queue = state.queues[QueueName("q")]
+    jobs = [state.jobs[JobId("j0")], state.jobs[JobId("j1")]]
+    (family_id, keys), *_ = queue.by_family.items()
+    family = Family(0, keys, queue, family_id)
+    a, c = Reason(Why.CAPACITY, "told first"), Reason(Why.CAPACITY, "told later")
+    family.runs.append((keys[0], keys[-1], a))
+    told = FirstTold({}, state, state.jobs, [family])
+    assert told.uniform(jobs[0], None, False) == a
+    assert told.uniform(jobs[0], Reason(Why.CAPACITY, "told first"), False) == a
+    assert told.uniform(jobs[0], c, False) is None
+    assert told.uniform(jobs[0], a, True) is None  # a, and another reason than a
