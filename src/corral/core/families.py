@@ -85,6 +85,7 @@ class Family:
         "runs",
         "scan_end",
         "scan_pos",
+        "spans",
         "token",
         "verdict",
     )
@@ -100,6 +101,7 @@ class Family:
         self.flags: list[Key] = []  # its flagged jobs' keys, sorted
         # the runs it passed as blocked by capacity: (first key, last key, reason), in order
         self.runs: list[tuple[Key, Key, Reason | PerLimit]] = []
+        self.spans: list[tuple[int, int]] = []  # ... and where each is in `keys` (start, end)
         self.scan_pos = 0  # the jobs from `pos` to here cannot backfill by `scan_end`
         self.scan_end = -1.0
         self.down: set[float] = set()  # time limits of its jobs found blocked in this cycle

@@ -106,10 +106,12 @@ class FirstTold:
         gives, if the reasons its (shape, time limit)s were first told this cycle are all the same
         (`told`: one of them, None if none; `mixed`: they differ) and the same as the runs' (None:
         they differ, or name each job's own end)."""
+        twins = self.twins(first)  # (read now: the families' bases, before the cycle removes the
+        # jobs it started, which may empty a family that lazy reasons then read)
         if mixed:
             return None
         only: Reason | PerLimit | None = None
-        for twin in self.twins(first):
+        for twin in twins:
             for _, _, reason in twin.runs:
                 if only is None:
                     only = reason

@@ -161,8 +161,8 @@ class Walk:
                 uniform = uniform_of[base] = told_of.uniform(first, first_of.get(base), base in mixed)
             if not UNIFORM_RUNS:
                 uniform = None  # (the long way: each job's reason resolved when read)
-            for lo_key, hi_key, told in fam.runs:
-                keys = fam.keys[bisect_left(fam.keys, lo_key) : bisect_right(fam.keys, hi_key)]
+            for (lo, hi), (_, _, told) in zip(fam.spans, fam.runs, strict=True):
+                keys = fam.keys[lo:hi]  # (the keys do not change during a cycle)
                 if uniform is not None:
                     reasons.add_run(keys, uniform)
                 else:  # resolved when read (the simulator never reads them)
@@ -274,6 +274,7 @@ class Walk:
         if verdict.kind == CAPACITY:
             told = verdict.reason if verdict.per_limit is None else verdict.per_limit
             fam.runs.append((fam.keys[lo], fam.keys[hi - 1], told))
+            fam.spans.append((lo, hi))
         else:
             self.judge.reasons.add_run(fam.keys[lo:hi], verdict.reason)
         self.passed += hi - lo
