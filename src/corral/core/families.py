@@ -105,7 +105,7 @@ class Family:
         self.scan_pos = 0  # the jobs from `pos` to here cannot backfill by `scan_end`
         self.scan_end = -1.0
         self.down: set[float] = set()  # time limits of its jobs found blocked in this cycle
-        self.base: tuple[object, ...] | None = None  # (shape, queue, class) of its jobs
+        self.base = -1  # the id of (shape, queue, class) of its jobs (`Caches.base_ids`)
         self.preemptible = True  # ... and their preemptibility (both set by `Walk._twins`)
 
 
