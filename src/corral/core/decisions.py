@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
-from typing import cast
+from typing import Final, cast, final
 
 from corral.core.model import INFINITY, JobId, NodeName, Placement
 
@@ -34,14 +34,36 @@ class Why(enum.Enum):
     NEVER_FITS = "never_fits"
 
 
-@dataclass(frozen=True, slots=True)
+@final
 class Reason:
     """Why a job waits: a code for programs, a sentence for people, and the time the sentence
-    names (`at`: when it may start, a reservation begins, a protection ends), if it names one."""
+    names (`at`: when it may start, a reservation begins, a protection ends), if it names one.
 
-    code: Why
-    message: str
-    at: float | None = None
+    Immutable, compared and hashed by value. Written out rather than a frozen dataclass: the
+    compiled core builds one in about 20 ns instead of 1 us (a dataclass with slots is a plain
+    Python class whose generated `__init__` runs interpreted), and compares and hashes it without
+    `Why`'s interpreted `Enum.__hash__` (a cycle on a long backlog builds and compares many)."""
+
+    __slots__ = ("at", "code", "message")
+
+    def __init__(self, code: Why, message: str, at: float | None = None) -> None:
+        self.code: Final = code
+        self.message: Final = message
+        self.at: Final = at
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Reason):
+            return NotImplemented
+        return self.code is other.code and self.message == other.message and self.at == other.at
+
+    def __hash__(self) -> int:
+        return hash((self.message, self.at))  # (equal reasons have equal sentences)
+
+    def __repr__(self) -> str:
+        return f"Reason(code={self.code!r}, message={self.message!r}, at={self.at!r})"
+
+    def __reduce__(self) -> tuple[type[Reason], tuple[Why, str, float | None]]:
+        return (Reason, (self.code, self.message, self.at))
 
     def __str__(self) -> str:
         return self.message

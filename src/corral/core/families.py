@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Hashable
-from dataclasses import dataclass
 from typing import Protocol
 
 from corral.core.decisions import Reason, Reasons
@@ -21,15 +20,21 @@ Epoch = tuple[int, int, bool]  # (queues' use version, reservations made or move
 ADMISSION, CAPACITY, REPEAT = 0, 1, 2
 
 
-@dataclass(slots=True)
 class Verdict:
-    """What every ordinary job of a family is told during one epoch (see the module)."""
+    """What every ordinary job of a family is told during one epoch (see the module). (A class
+    written out, not a dataclass with slots: the compiled core builds it natively.)"""
 
-    kind: int  # ADMISSION, CAPACITY, or REPEAT (one verdict key only: its current verdict)
-    reason: Reason
-    per_limit: PerLimit | None = None  # CAPACITY only: `reason` names the end of the job looked at
-    # CAPACITY only: told only to the jobs whose `Judge.family_part` is this (None: to all)
-    part: int | None = None
+    __slots__ = ("kind", "part", "per_limit", "reason")
+
+    def __init__(
+        self, kind: int, reason: Reason, per_limit: PerLimit | None = None, part: int | None = None
+    ) -> None:
+        self.kind = kind  # ADMISSION, CAPACITY, or REPEAT (one verdict key only: its current verdict)
+        self.reason = reason
+        # CAPACITY only: `reason` names the end of the job looked at
+        self.per_limit: PerLimit | None = per_limit
+        # CAPACITY only: told only to the jobs whose `Judge.family_part` is this (None: to all)
+        self.part: int | None = part
 
 
 class Judge(Protocol):
@@ -80,6 +85,7 @@ class Family:
         "runs",
         "scan_end",
         "scan_pos",
+        "spans",
         "token",
         "verdict",
     )
@@ -95,10 +101,11 @@ class Family:
         self.flags: list[Key] = []  # its flagged jobs' keys, sorted
         # the runs it passed as blocked by capacity: (first key, last key, reason), in order
         self.runs: list[tuple[Key, Key, Reason | PerLimit]] = []
+        self.spans: list[tuple[int, int]] = []  # ... and where each is in `keys` (start, end)
         self.scan_pos = 0  # the jobs from `pos` to here cannot backfill by `scan_end`
         self.scan_end = -1.0
         self.down: set[float] = set()  # time limits of its jobs found blocked in this cycle
-        self.base: tuple[object, ...] | None = None  # (shape, queue, class) of its jobs
+        self.base = -1  # the id of (shape, queue, class) of its jobs (`Caches.base_ids`)
         self.preemptible = True  # ... and their preemptibility (both set by `Walk._twins`)
 
 

@@ -18,6 +18,9 @@ from corral.core.model import JobId
 from corral.core.reasons import PerLimit
 from corral.core.state import ClusterState
 
+TWINS_BY_FAMILY = True  # a job's twin families found by its family's id (False: by its shape; tests)
+FAMILIES_KEPT = 1 << 16  # the caches forget the families' (shape, queue, class) ids at this many
+
 
 class FirstTold:
     """The walk's families' capacity runs, as `first_blocked` reads them (kept past the walk)."""
@@ -36,7 +39,9 @@ class FirstTold:
         self.at: Key | None = None  # the walk's last job handed out
         self.done = False  # the walk is finished: every job was passed or looked at
         self.capacity_seen = False  # some family was passive as blocked by capacity
-        self.bases: dict[tuple[object, ...], list[Family]] | None = None
+        self.bases: dict[int, list[Family]] | None = None  # per (shape, queue, class) id
+        self.base_ids: dict[tuple[object, ...], int] = {}  # those ids (`Caches.base_ids`)
+        self.twins_of: dict[int, list[Family]] = {}  # per family id (`PendingJob.family`): its twins
 
     def first_blocked(self, job: PendingJob, shape: Hashable) -> Reason | None:
         """What the first job of `job`'s (shape, queue, class, time limit) blocked by capacity in
@@ -77,37 +82,59 @@ class FirstTold:
         return keys[i], verdict.reason if verdict.per_limit is None else verdict.per_limit
 
     def twins(self, job: PendingJob) -> list[Family]:
-        """The families of the walk whose jobs share `job`'s shape, queue and class."""
+        """The families of the walk whose jobs share `job`'s shape, queue and class (found by its
+        family's id when its family is the walk's: no tuple of the shape to build and hash; each
+        family's (shape, queue, class) is named by an id the state's caches keep across cycles)."""
+        caches = self.state.caches
         if self.bases is None:
             self.bases = {}
+            self.base_ids = caches.base_ids  # (these ids, even if the caches are replaced later)
+            known = caches.family_bases
+            if len(known) >= FAMILIES_KEPT:
+                known.clear()
             for fam in self.families:
-                first = self.jobs[fam.keys[0][-1]]  # type: ignore[index]
-                fam.base = (first.shape, first.spec.queue, first.spec.priority)
-                fam.preemptible = first.spec.preemptible
+                entry = known.get(fam.family) if TWINS_BY_FAMILY else None
+                if entry is None:
+                    first = self.jobs[fam.keys[0][-1]]  # type: ignore[index]
+                    spec = first.spec
+                    base = caches.base_ids.setdefault(
+                        (first.shape, spec.queue, spec.priority), len(caches.base_ids)
+                    )
+                    entry = known[fam.family] = (base, spec.preemptible)
+                fam.base, fam.preemptible = entry
                 self.bases.setdefault(fam.base, []).append(fam)
-        return self.bases.get((job.shape, job.spec.queue, job.spec.priority), [])
+            for fam in self.families:
+                self.twins_of[fam.family] = self.bases[fam.base]
+        found = self.twins_of.get(job.family) if TWINS_BY_FAMILY else None
+        if found is not None:
+            return found
+        base_id = self.base_ids.get((job.shape, job.spec.queue, job.spec.priority))
+        return [] if base_id is None else self.bases.get(base_id, [])
 
     def _twin_key(self, job: PendingJob, preemptible: bool) -> int | None:
         """The verdict key of `job`'s (shape, time limit) with the other preemptibility, if any."""
         return self.state.interned((blocked_key(job), preemptible))
 
-    def uniform(
-        self, first: PendingJob, base: tuple[object, ...], by_base: dict[tuple[object, ...], set[Reason]]
-    ) -> Reason | None:
-        """The one reason every capacity run of the families of `base` (`first`'s shape, queue and
-        class) gives, if the reasons its (shape, time limit)s were first told this cycle are all
-        the same (None: they differ, or name each job's own end)."""
+    def uniform(self, first: PendingJob, told: Reason | None, mixed: bool) -> Reason | None:
+        """The one reason every capacity run of the families of `first`'s shape, queue and class
+        gives, if the reasons its (shape, time limit)s were first told this cycle are all the same
+        (`told`: one of them, None if none; `mixed`: they differ) and the same as the runs' (None:
+        they differ, or name each job's own end)."""
+        twins = self.twins(first)  # (read now: the families' bases, before the cycle removes the
+        # jobs it started, which may empty a family that lazy reasons then read)
+        if mixed:
+            return None
         only: Reason | PerLimit | None = None
-        for twin in self.twins(first):
+        for twin in twins:
             for _, _, reason in twin.runs:
                 if only is None:
                     only = reason
                 elif reason is not only and reason != only:
                     return None
-        for reason in by_base.get(base, ()):
+        if told is not None:
             if only is None:
-                only = reason
-            elif reason is not only and reason != only:
+                only = told
+            elif told is not only and told != only:
                 return None
         return only if isinstance(only, Reason) else None
 

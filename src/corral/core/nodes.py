@@ -18,6 +18,7 @@ from corral.core.plan import Plan
 from corral.core.topology import ClusterTopology
 
 if TYPE_CHECKING:
+    from corral.core.decisions import Reason
     from corral.core.placement import Request
 
 
@@ -47,6 +48,14 @@ class Caches:
     borrow_rooms: tuple[int, dict[str, tuple[int, int]]] | None = None
     # the queues that lend none of their idle quota, as last computed (`fairshare.reclaiming`)
     reclaiming: frozenset[str] = frozenset()
+    # per family id (`PendingJob.family`, never given to another key): the id of its (shape,
+    # queue, class) in `base_ids`, and its preemptibility (`first_told.FirstTold.twins`)
+    family_bases: dict[int, tuple[int, bool]] = field(default_factory=dict)
+    base_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
+    # capacity sentences by what they read (`reasons.Sentences`): (request, sentence, its parts)
+    sentences: dict[tuple[object, ...], tuple[Request, Reason, tuple[str, str] | None]] = field(
+        default_factory=dict
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,13 +36,30 @@ class Request:
         return self.replicas * self.gpus_per_replica
 
 
-@dataclass(slots=True)
 class Miss:
-    """Why a gang did not fit now: the most replicas any allowed domain could hold."""
+    """Why a gang did not fit now: the most replicas any allowed domain could hold. (A class
+    written out, not a dataclass with slots: the compiled core builds it natively.)"""
 
-    span: int
-    best_replicas: int
-    best_gpus: int
+    __slots__ = ("best_gpus", "best_replicas", "span")
+
+    def __init__(self, span: int, best_replicas: int, best_gpus: int) -> None:
+        self.span = span
+        self.best_replicas = best_replicas
+        self.best_gpus = best_gpus
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Miss):
+            return NotImplemented
+        return (
+            self.span == other.span
+            and self.best_replicas == other.best_replicas
+            and self.best_gpus == other.best_gpus
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable: as the dataclass was)
+
+    def __repr__(self) -> str:
+        return f"Miss(span={self.span}, best_replicas={self.best_replicas}, best_gpus={self.best_gpus})"
 
 
 def place(

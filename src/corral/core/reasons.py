@@ -9,8 +9,8 @@ is ("in 3m"). Nothing here reads a clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Final, final
 
 from corral.core.decisions import Reason, Why
 from corral.core.estimates import Estimate
@@ -19,6 +19,8 @@ from corral.core.placement import Miss, Request
 from corral.core.state import ClusterState
 
 REMEMBER_SENTENCES = True  # False: every capacity sentence built anew (tests compare: `Sentences`)
+LASTING_SENTENCES = True  # False: none remembered across cycles (tests compare: `Sentences`)
+LASTING_MAX = 4096  # the sentences remembered across cycles are forgotten at this many
 UNIX_EPOCH_FLOOR = 1e9  # a time at or above this is Unix time (after 2001); below, a simulation's seconds
 _NAMES_SHOWN = 3
 
@@ -171,7 +173,11 @@ class Sentences:
     filled in for each job. The base id names everything a sentence reads but the reserved GPUs
     (work undone through the plan gives its id back, so a tried backfill leaves the memory
     valid); inside a cycle, outside a backfill attempt or a search, those are the cycle's
-    reservations, which the caller's `generation` names. Answers exactly what `capacity` does."""
+    reservations, which the caller's `generation` names. A sentence not in this cycle's memory is
+    looked up by the values it reads (`lasting_key`: free and held GPUs, the first reservation,
+    the most on one node, the nodes that take no new work) in the state's caches, kept across
+    cycles while static capacity holds (`LASTING_SENTENCES`): on a long backlog the state changes
+    every cycle, the sentences rarely. Answers exactly what `capacity` does."""
 
     __slots__ = ("memo", "now", "state")
 
@@ -205,14 +211,27 @@ class Sentences:
         found = self.memo.get(key)
         if found is None:
             held = None if held_free is None else lambda: held_free(req, reservations)
-            template = capacity(state, req, miss, reservations, None, self.now, held, RUNS)
-            parts: tuple[str, str] | None = None
-            if template.code is Why.BEHIND_RESERVATION:
-                split = template.message.split(RUNS)
-                if len(split) != 2:  # (a name holding the placeholder: no memory)
-                    return capacity(state, req, miss, reservations, ends_by, self.now, held, runs)
-                parts = (split[0], split[1])
-            found = (req, template, parts)
+            lasting = state.caches.sentences
+            values = (
+                lasting_key(state, req, miss, reservations, self.now, held) if LASTING_SENTENCES else None
+            )
+            if values is not None:
+                found = lasting.get(values)
+                if found is not None and found[0] is not req:
+                    found = None  # (another request of the same id: not possible while held)
+            if found is None:
+                template = capacity(state, req, miss, reservations, None, self.now, held, RUNS)
+                parts: tuple[str, str] | None = None
+                if template.code is Why.BEHIND_RESERVATION:
+                    split = template.message.split(RUNS)
+                    if len(split) != 2:  # (a name holding the placeholder: no memory)
+                        return capacity(state, req, miss, reservations, ends_by, self.now, held, runs)
+                    parts = (split[0], split[1])
+                found = (req, template, parts)
+                if values is not None:
+                    if len(lasting) >= LASTING_MAX:
+                        lasting.clear()
+                    lasting[values] = found
             self.memo[key] = found
         _, template, parts = found
         if parts is None:
@@ -220,6 +239,46 @@ class Sentences:
         if runs is None:
             runs = runs_until(ends_by, self.now)
         return Reason(template.code, parts[0] + runs + parts[1], template.at)
+
+
+def lasting_key(
+    state: ClusterState,
+    req: Request,
+    miss: Miss,
+    reservations: Reservations,
+    now: float,
+    held_free: Callable[[], int] | None,
+) -> tuple[object, ...] | None:
+    """Everything `capacity`'s sentence with `RUNS` for the job's end reads, as values: the same
+    values give the same sentence in any cycle while static capacity holds (the state's caches,
+    which hold these sentences, are replaced when it changes; the request is named by its id, the
+    memory holding it). None: a sentence naming a span's best domain, not remembered."""
+    names = state.topology.span_names
+    scope = names[min(miss.span, len(names) - 1)]
+    if scope == "cluster":
+        unavailable = _unavailable(state, req)
+        reserved = 0
+        if reservations:
+            reserved = held_free() if held_free is not None else held_free_gpus(state, req, reservations)
+        if reserved and miss.best_gpus + reserved >= req.gpus:
+            job, start, _ = reservations[0]
+            when = now if start >= UNIX_EPOCH_FLOOR else None  # (`clock` reads it only then)
+            return (
+                id(req),
+                scope,
+                miss.best_gpus,
+                reserved,
+                job,
+                start,
+                len(reservations),
+                when,
+                unavailable,
+            )
+        most = _most_on_one_node(state, req) if miss.best_gpus >= req.gpus else -1
+        return (id(req), scope, miss.best_gpus, most, unavailable)
+    if scope in ("nvlink", "node"):
+        return (id(req), scope, _most_on_one_node(state, req), _unavailable(state, req))
+    return None
 
 
 def runs_until(ends_by: float | None, now: float) -> str:
@@ -319,16 +378,36 @@ def with_relative(message: str, at: float | None, now: float) -> str:
 RUNS = "\x00"  # in a family's capacity sentence, where each job's own end goes (`PerLimit`)
 
 
-@dataclass(frozen=True, slots=True)
+@final
 class PerLimit:
     """A capacity sentence that names when the job would end (`Why.BEHIND_RESERVATION`): the same
     for every job of a family but for those words, filled in from each job's time limit when read
-    (`reasons.runs_until`). `reason`: the sentence of the job it was built for."""
+    (`reasons.runs_until`). `reason`: the sentence of the job it was built for. Immutable, compared
+    by value (written out as `Reason` is, for the compiled core)."""
 
-    head: str
-    tail: str
-    now: float
-    reason: Reason
+    __slots__ = ("head", "now", "reason", "tail")
+
+    def __init__(self, head: str, tail: str, now: float, reason: Reason) -> None:
+        self.head: Final = head
+        self.tail: Final = tail
+        self.now: Final = now
+        self.reason: Final = reason
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PerLimit):
+            return NotImplemented
+        return (
+            self.head == other.head
+            and self.tail == other.tail
+            and self.now == other.now
+            and self.reason == other.reason
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.head, self.tail, self.now, self.reason))
+
+    def __repr__(self) -> str:
+        return f"PerLimit(head={self.head!r}, tail={self.tail!r}, now={self.now!r}, reason={self.reason!r})"
 
     @staticmethod
     def of(template: Reason, now: float, limit: float | None) -> PerLimit | None:

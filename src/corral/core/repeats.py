@@ -48,6 +48,9 @@ from corral.core.model import JobId
 MANY_SHAPES = 512  # above this many families in one walk, looking at each job costs less
 FEW_JOBS = 8  # up to this many jobs in one walk, looking at each job costs less
 AHEAD = True  # a family's verdict known before its first look spares the look (tests turn it off)
+# capacity runs whose jobs are all told one reason get it at once (`FirstTold.uniform`); False: every
+# run resolved job by job when read (the long way, for tests)
+UNIFORM_RUNS = True
 
 
 class Walk:
@@ -135,11 +138,17 @@ class Walk:
         self._cut(everything=True)
         reasons = self.judge.reasons
         told_of = self.told
-        by_base: dict[tuple[object, ...], set[Reason]] = {}
+        # per (shape, queue, class): the first reason its (shape, time limit)s were told this
+        # cycle, and the bases told more than one (compared, not hashed: there may be many)
+        first_of: dict[tuple[object, ...], Reason] = {}
+        mixed: set[tuple[object, ...]] = set()
         if any(fam.runs for fam in self.families):
             for shape, reason in told_of.blocked.items():
                 if isinstance(shape, tuple):
-                    by_base.setdefault(shape[:3], set()).add(reason)
+                    base = shape[:3]
+                    seen = first_of.setdefault(base, reason)
+                    if seen is not reason and base not in mixed and seen != reason:
+                        mixed.add(base)
         uniform_of: dict[tuple[object, ...], Reason | None] = {}  # per (shape, queue, class)
         for fam in self.families:
             if not fam.runs:
@@ -149,9 +158,11 @@ class Walk:
             if base in uniform_of:
                 uniform = uniform_of[base]
             else:
-                uniform = uniform_of[base] = told_of.uniform(first, base, by_base)
-            for lo_key, hi_key, told in fam.runs:
-                keys = fam.keys[bisect_left(fam.keys, lo_key) : bisect_right(fam.keys, hi_key)]
+                uniform = uniform_of[base] = told_of.uniform(first, first_of.get(base), base in mixed)
+            if not UNIFORM_RUNS:
+                uniform = None  # (the long way: each job's reason resolved when read)
+            for (lo, hi), (_, _, told) in zip(fam.spans, fam.runs, strict=True):
+                keys = fam.keys[lo:hi]  # (the keys do not change during a cycle)
                 if uniform is not None:
                     reasons.add_run(keys, uniform)
                 else:  # resolved when read (the simulator never reads them)
@@ -263,6 +274,7 @@ class Walk:
         if verdict.kind == CAPACITY:
             told = verdict.reason if verdict.per_limit is None else verdict.per_limit
             fam.runs.append((fam.keys[lo], fam.keys[hi - 1], told))
+            fam.spans.append((lo, hi))
         else:
             self.judge.reasons.add_run(fam.keys[lo:hi], verdict.reason)
         self.passed += hi - lo
