@@ -106,8 +106,15 @@ class NodeTable:
         self.base_id = 0
         self._last_id = 0
         self.reserved_at: dict[int, int] = {}  # node -> reserved GPUs, where any
-        # `reserve.earliest_fit` answers per request: (base id, reserved GPUs, answer)
-        self.fit_memo: dict[Request, tuple[int, tuple[tuple[int, int], ...], object]] = {}
+        # `reserve.earliest_fit` answers per request, the latest few: (base id, reserved GPUs,
+        # answer, and what the search read where it tells when an answer outlives a change:
+        # `fit_reads.Reads`)
+        self.fit_memo: dict[Request, list[tuple[int, tuple[tuple[int, int], ...], object, object]]] = {}
+        # the nodes whose GPUs, up state, exclusive flag or attempts' ends changed, in order (not
+        # their reserved GPUs alone); `log_from`: the position of its first entry since the start
+        # (`fit_reads`; trimmed at the end of each cycle, `trim_log`)
+        self.node_log: list[int] = []
+        self.log_from = 0
         # `reserve.misses_lifted` answers at one node version, per (request, reservations lifted)
         self.lift_memo: tuple[int, dict[tuple[Request, tuple[tuple[str, float], ...]], bool]] = (-1, {})
 
@@ -212,6 +219,7 @@ class NodeTable:
         free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
         self.free_count[node] = free.bit_count()
         self.group_free[node] = -1  # counted when first needed (`_move`)
+        self.node_log.append(node)
         self._move(node)
 
     def _move(self, node: int) -> None:
@@ -327,7 +335,9 @@ class NodeTable:
             self.free_count,
             self.group_free,
         )
+        log = self.node_log
         for node, (a, c, m, e, avail, nvl, count, group) in released.saved.items():
+            log.append(node)
             alloc[node], cpus[node], memory[node], exclusive[node] = a, c, m, e
             free_count[node], group_free[node] = count, group
             index.move(node, avail)
@@ -337,6 +347,14 @@ class NodeTable:
             self.base_id = released.before
         else:
             self._new_id()
+
+    def trim_log(self, keep: int = 512) -> None:
+        """Forget all but the last `keep` entries of `node_log` once it holds four times as many."""
+        log = self.node_log
+        if len(log) > 4 * keep:
+            drop = len(log) - keep
+            del log[:drop]
+            self.log_from += drop
 
     def set_reserved(self, node: int, count: int) -> None:
         self.plan.record(self._set_reserved_raw, node, self.reserved[node])

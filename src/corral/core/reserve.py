@@ -10,13 +10,14 @@ them unless they end (by their time limit) before every reservation they would t
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from heapq import merge
 
 from corral.core.counted import NeedsAll, countable, place_counts
 from corral.core.estimates import Estimate
 from corral.core.first_release import ReleaseCounts, WholeNodes, first_possible
+from corral.core.fit_reads import NEVER, Reads
 from corral.core.model import INFINITY, JobId
 from corral.core.placement import Request, place
 from corral.core.state import ClusterState
@@ -29,9 +30,15 @@ class Reservation:
     capacity: tuple[tuple[int, int], ...]  # (node id, GPUs)
 
 
+# (base id, reserved GPUs, answer, what its search read or None): `ClusterState.fit_memo`
+Remembered = tuple[int, tuple[tuple[int, int], ...], object, object]
+
+
 _MEMO_SIZE = 4096  # requests remembered at most (the memory is emptied when full)
+_PER_REQUEST = 4  # answers remembered per request, for as many sets of reserved GPUs (the latest)
 REMEMBER = True  # bench/replay_hashes.py --search-again turns the memory off (interpreted) to compare
 WHOLE_NODES = True  # tests turn the search by wholly released nodes off to compare it with the walk
+READS = True  # False: an answer is remembered only while the state is the same (tests compare)
 
 
 def earliest_fit(
@@ -47,31 +54,57 @@ def earliest_fit(
     expected end, `ClusterState.by_end`; `estimated_fit` adds estimated ends, and is not
     remembered here: `estimated_holds` bounds how often it searches).
 
-    Remembered per request while the state is the same (`ClusterState.base_id` and the reserved
-    GPUs): the search is a function of the state alone (the index keeps no trace of tentative
-    work), and of `now` only through `max(end, now)`.
+    Remembered per request and reserved GPUs (the latest few) while the state is the same
+    (`ClusterState.base_id`): the search is a function of the state alone (the index keeps no
+    trace of tentative work), and of `now` only through `max(end, now)`. The answer of a gang of
+    whole nodes that may spread over the cluster holds further, with the same reserved GPUs,
+    while no change since reaches what its search read (`fit_reads.Reads`).
     """
     if ends is not None:
         return _earliest_fit(state, req, now, ends)
     base, key = state.base_id, tuple(state.reserved_at.items())
-    known = state.fit_memo.get(req)
-    if remember and REMEMBER and known is not None and known[0] == base and known[1] == key:
-        found = known[2]
+    entries = state.fit_memo.get(req)
+    known: Remembered | None = None
+    if entries is not None and remember and REMEMBER:
+        for entry in entries:
+            if entry[1] == key:
+                known = entry
+                break
+    found: Reservation | None
+    if known is not None and (
+        known[0] == base or (READS and isinstance(known[3], Reads) and known[3].unchanged(state))
+    ):
+        found = known[2] if isinstance(known[2], Reservation) else None
+        if known[0] != base:
+            assert entries is not None
+            entries[entries.index(known)] = (base, key, found, known[3])
     else:
-        found = _earliest_fit(state, req, -INFINITY)
+        reads: list[Reads] = []
+        found = _earliest_fit(state, req, -INFINITY, reads=reads)
         if len(state.fit_memo) >= _MEMO_SIZE:
             state.fit_memo.clear()
+            entries = None
         if state.base_id == base:  # (the search leaves the state as it found it)
-            state.fit_memo[req] = (base, key, found)
-    if not isinstance(found, Reservation):
+            if entries is None:
+                entries = state.fit_memo[req] = []
+            elif known is not None:
+                entries.remove(known)
+            elif len(entries) >= _PER_REQUEST:
+                del entries[0]
+            entries.append((base, key, found, reads[0] if reads else None))
+    if found is None:
         return None
     return found if found.start >= now else Reservation(found.job, now, found.capacity)
 
 
 def _earliest_fit(
-    state: ClusterState, req: Request, now: float, ends: Sequence[tuple[float, int, JobId]] | None = None
+    state: ClusterState,
+    req: Request,
+    now: float,
+    ends: Sequence[tuple[float, int, JobId]] | None = None,
+    reads: list[Reads] | None = None,
 ) -> Reservation | None:
-    """`earliest_fit`, searched.
+    """`earliest_fit`, searched (`reads`, when given, gets what a search of whole nodes read).
 
     Attempts are released in order of expected end. A count of free GPUs kept outside the state
     (`first_release.first_possible`) finds the first release after which some domain the gang may use (one
@@ -96,7 +129,7 @@ def _earliest_fit(
     counted = countable(req)
     if whole and counted and WholeNodes.applies(state, req):
         try:
-            return _whole_nodes(state, req, now, ends)
+            return _whole_nodes(state, req, now, ends, reads)
         except NeedsAll:
             pass  # (domains compared by free GPUs: the walk counts every node)
     first, where, releases, counts = first_possible(state, req, ends, not counted)
@@ -139,30 +172,33 @@ def _counted(
         counts = ReleaseCounts(state, req.classes)
         for _, _, job_id in ends[: first + 1]:
             counts.release(job_id)
-    at = [first]  # the last release counted (the search never goes back before `first`)
-
-    def fits_after(last: int) -> list[tuple[int, int]] | None:
-        while at[0] > last:
-            counts.undo()
-            at[0] -= 1
-        while at[0] < last:
-            at[0] += 1
-            counts.release(ends[at[0]][2])
-        return place_counts(state, req, counts.avail)
-
-    return _gallop(fits_after, ends, now, first)
+    return _gallop(_Counted(state, req, ends, counts, first), ends, now, first)
 
 
 def _whole_nodes(
-    state: ClusterState, req: Request, now: float, ends: Sequence[tuple[float, int, JobId]]
+    state: ClusterState,
+    req: Request,
+    now: float,
+    ends: Sequence[tuple[float, int, JobId]],
+    reads: list[Reads] | None = None,
 ) -> Reservation | None:
     """`_counted` for a gang of whole nodes that may spread over the cluster: the first release
-    and the nodes it may take read from the nodes wholly released (`first_release.WholeNodes`)."""
+    and the nodes it may take read from the nodes wholly released (`first_release.WholeNodes`);
+    `reads` gets what it read when the gang fits at that first release (the usual case: counts
+    decide where it fits), or never fits."""
     nodes = WholeNodes(state, req, ends)
     first = nodes.first()
     if first is None:
+        if reads is not None:
+            reads.append(Reads(state, req, NEVER, nodes.counted))
         return None
-    return _gallop(lambda last: place_counts(state, req, nodes.avail(last), whole=True), ends, now, first)
+    avail = nodes.avail(first)  # (`_gallop`'s first probe, made here)
+    found = place_counts(state, req, avail, whole=True)
+    if found is None:
+        return _gallop(_Whole(state, req, nodes), ends, now, first)
+    if reads is not None and nodes.reached is not None:
+        reads.append(Reads(state, req, nodes.reached, list(avail)))
+    return Reservation("", max(ends[first][0], now), tuple(found))
 
 
 def _placed_counts(state: ClusterState, req: Request) -> list[tuple[int, int]] | None:
@@ -222,48 +258,97 @@ def _search(
     they give back) in one step, then one at a time: galloping, then binary search."""
     base = state.plan.checkpoint()
     released = state.give_back_many(releases)
-    marks: list[int] = []  # marks[i]: plan checkpoint before release first + 1 + i
-    g = max(1, req.gpus_per_replica)
-
-    def fits_after(last: int) -> list[tuple[int, int]] | None:
-        beyond = last - first  # releases needed after the first step
-        if len(marks) > beyond:
-            state.plan.rollback(marks[beyond])
-            del marks[beyond:]
-        while len(marks) < beyond:
-            marks.append(state.plan.checkpoint())
-            _release(state, ends[first + len(marks)][2])
-        if state.index.capacity(0, req.classes, g)[0] < req.replicas:
-            return None
-        return _placed_counts(state, req)
-
     try:
-        return _gallop(fits_after, ends, now, first)
+        return _gallop(_Released(state, req, ends, first), ends, now, first)
     finally:
         state.plan.rollback(base)
         state.restore(released)
 
 
+class _Probe:
+    """Where the gang places after the releases up to `last` (None: nowhere), for `_gallop` (a
+    compiled call, where a closure would be called as a Python object)."""
+
+    def fits_after(self, last: int) -> list[tuple[int, int]] | None:
+        raise NotImplementedError
+
+
+class _Counted(_Probe):
+    """`_counted`'s probe: the counts moved to `last` releases (never back before the first)."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        req: Request,
+        ends: Sequence[tuple[float, int, JobId]],
+        counts: ReleaseCounts,
+        first: int,
+    ) -> None:
+        self.state, self.req, self.ends, self.counts = state, req, ends, counts
+        self.at = first  # the last release counted
+
+    def fits_after(self, last: int) -> list[tuple[int, int]] | None:
+        counts, ends = self.counts, self.ends
+        while self.at > last:
+            counts.undo()
+            self.at -= 1
+        while self.at < last:
+            self.at += 1
+            counts.release(ends[self.at][2])
+        return place_counts(self.state, self.req, counts.avail)
+
+
+class _Whole(_Probe):
+    """`_whole_nodes`' probe: the nodes wholly released by `last`."""
+
+    def __init__(self, state: ClusterState, req: Request, nodes: WholeNodes) -> None:
+        self.state, self.req, self.nodes = state, req, nodes
+
+    def fits_after(self, last: int) -> list[tuple[int, int]] | None:
+        return place_counts(self.state, self.req, self.nodes.avail(last), whole=True)
+
+
+class _Released(_Probe):
+    """`_search`'s probe: the attempts after `first` released through the plan up to `last`."""
+
+    def __init__(
+        self, state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]], first: int
+    ) -> None:
+        self.state, self.req, self.ends, self.first = state, req, ends, first
+        self.marks: list[int] = []  # marks[i]: plan checkpoint before release first + 1 + i
+        self.g = max(1, req.gpus_per_replica)
+
+    def fits_after(self, last: int) -> list[tuple[int, int]] | None:
+        state, req, marks = self.state, self.req, self.marks
+        beyond = last - self.first  # releases needed after the first step
+        if len(marks) > beyond:
+            state.plan.rollback(marks[beyond])
+            del marks[beyond:]
+        while len(marks) < beyond:
+            marks.append(state.plan.checkpoint())
+            _release(state, self.ends[self.first + len(marks)][2])
+        if state.index.capacity(0, req.classes, self.g)[0] < req.replicas:
+            return None
+        return _placed_counts(state, req)
+
+
 def _gallop(
-    fits_after: Callable[[int], list[tuple[int, int]] | None],
-    ends: Sequence[tuple[float, int, JobId]],
-    now: float,
-    first: int,
+    probe: _Probe, ends: Sequence[tuple[float, int, JobId]], now: float, first: int
 ) -> Reservation | None:
     """The first release at or after `first` after which the gang fits: galloping (1, 2, 4, ...
     more releases), then binary search over the last stretch."""
-    failed, step, probe = first - 1, 1, first
+    failed, step, at = first - 1, 1, first
     while True:
-        found = fits_after(probe)
-        if found is not None or probe == len(ends) - 1:
+        found = probe.fits_after(at)
+        if found is not None or at == len(ends) - 1:
             break
-        failed, probe, step = probe, min(probe + step, len(ends) - 1), step * 2
+        failed, at, step = at, min(at + step, len(ends) - 1), step * 2
     if found is None:
         return None
-    lo, hi = failed, probe  # fails after lo releases (-1: none), fits after hi
+    lo, hi = failed, at  # fails after lo releases (-1: none), fits after hi
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        result = fits_after(mid)
+        result = probe.fits_after(mid)
         if result is not None:
             hi, found = mid, result
         else:
@@ -311,10 +396,12 @@ def misses_lifted(
 
 
 def clear(state: ClusterState, reservations: list[Reservation]) -> None:
-    """Drop every reservation at the end of a cycle (they are recomputed each cycle)."""
+    """Drop every reservation at the end of a cycle (they are recomputed each cycle); trim the
+    log of changed nodes (`fit_reads`)."""
     for r in reservations:
         for node, _ in r.capacity:
             state.reset_reserved(node)
+    state.trim_log()
 
 
 def estimated_fit(
