@@ -360,28 +360,42 @@ class NodeTable:
         self.plan.record(self._set_reserved_raw, node, self.reserved[node])
         self._set_reserved_raw(node, count)
 
-    def add_reserved(self, capacity: Sequence[tuple[int, int]], sign: int) -> None:
+    def add_reserved(self, capacity: tuple[tuple[int, int], ...], sign: int) -> None:
         """Add (`sign` 1) or take back (-1) reserved GPUs per (node, GPUs), through the plan (one
         entry for them all)."""
-        reserved = self.reserved
-        self.plan.record(self._restore_reserved, [(node, reserved[node]) for node, _ in capacity])
+        reserved, reserved_at = self.reserved, self.reserved_at
+        before: list[tuple[int, int]] = []
         for node, gpus in capacity:
-            self._set_reserved_raw(node, reserved[node] + sign * gpus)
+            count = reserved[node]
+            before.append((node, count))
+            count += sign * gpus
+            reserved[node] = count  # (`_set_reserved_raw`, inlined)
+            if count:
+                reserved_at[node] = count
+            elif node in reserved_at:
+                del reserved_at[node]
+            self._move(node)
+        self.plan.record(self._restore_reserved, before)
 
     def _restore_reserved(self, before: list[tuple[int, int]]) -> None:
         for node, count in reversed(before):
             self._set_reserved_raw(node, count)
 
-    def reset_reserved(self, node: int) -> None:
-        """Drop a node's reservations outside the plan (at the end of a cycle)."""
-        self._set_reserved_raw(node, 0)
+    def drop_reserved(self, capacity: tuple[tuple[int, int], ...]) -> None:
+        """Drop the reservations of these nodes outside the plan (at the end of a cycle)."""
+        reserved, reserved_at = self.reserved, self.reserved_at
+        for node, _ in capacity:
+            if reserved[node]:
+                reserved[node] = 0
+                del reserved_at[node]
+                self._move(node)
 
     def _set_reserved_raw(self, node: int, count: int) -> None:
         self.reserved[node] = count
         if count:
             self.reserved_at[node] = count
-        else:
-            self.reserved_at.pop(node, None)
+        elif node in self.reserved_at:
+            del self.reserved_at[node]
         self._move(node)  # (no mask changed: the free counts stand)
 
     def set_held(self, node: int, mask: int) -> None:

@@ -19,7 +19,8 @@ from corral.core.estimates import Estimate
 from corral.core.first_release import ReleaseCounts, WholeNodes, first_possible
 from corral.core.fit_reads import NEVER, Reads
 from corral.core.model import INFINITY, JobId
-from corral.core.placement import Request, place
+from corral.core.placement import Request
+from corral.core.probes import CountedProbe, Probe, ReleasedProbe, WholeProbe, gallop, placed_counts
 from corral.core.state import ClusterState
 
 
@@ -172,7 +173,7 @@ def _counted(
         counts = ReleaseCounts(state, req.classes)
         for _, _, job_id in ends[: first + 1]:
             counts.release(job_id)
-    return _gallop(_Counted(state, req, ends, counts, first), ends, now, first)
+    return _gallop(CountedProbe(state, req, ends, counts, first), ends, now, first)
 
 
 def _whole_nodes(
@@ -195,29 +196,10 @@ def _whole_nodes(
     avail = nodes.avail(first)  # (`_gallop`'s first probe, made here)
     found = place_counts(state, req, avail, whole=True)
     if found is None:
-        return _gallop(_Whole(state, req, nodes), ends, now, first)
+        return _gallop(WholeProbe(state, req, nodes), ends, now, first)
     if reads is not None and nodes.reached is not None:
         reads.append(Reads(state, req, nodes.reached, list(avail)))
     return Reservation("", max(ends[first][0], now), tuple(found))
-
-
-def _placed_counts(state: ClusterState, req: Request) -> list[tuple[int, int]] | None:
-    """(node, GPUs) of where the gang places now (nothing taken); None if nowhere."""
-    placed = place(state, req, explain=False, take=False)
-    if not isinstance(placed, list):
-        return None
-    counts: dict[int, int] = {}
-    for node, mask in placed:
-        counts[node] = counts.get(node, 0) + mask.bit_count()
-    return sorted(counts.items())
-
-
-def _release(state: ClusterState, job_id: JobId) -> None:
-    attempt = state.running[job_id]
-    spec, exclusive = attempt.spec, attempt.exclusive
-    cpus, memory = spec.cpus_per_replica, spec.memory_gib_per_replica
-    for node, mask in attempt.placement:
-        state.give_back(node, mask, cpus, memory, exclusive)
 
 
 def _releases(state: ClusterState, job_ids: Iterable[JobId]) -> list[tuple[int, int, int, float, bool]]:
@@ -241,7 +223,7 @@ def _fits_inside(
     touching = [j for _, _, j in ends if any(node in nodes for node, _ in running[j].placement)]
     released = state.give_back_many(_releases(state, touching))
     try:
-        return _placed_counts(state, req)
+        return placed_counts(state, req)
     finally:
         state.restore(released)
 
@@ -259,101 +241,19 @@ def _search(
     base = state.plan.checkpoint()
     released = state.give_back_many(releases)
     try:
-        return _gallop(_Released(state, req, ends, first), ends, now, first)
+        return _gallop(ReleasedProbe(state, req, ends, first), ends, now, first)
     finally:
         state.plan.rollback(base)
         state.restore(released)
 
 
-class _Probe:
-    """Where the gang places after the releases up to `last` (None: nowhere), for `_gallop` (a
-    compiled call, where a closure would be called as a Python object)."""
-
-    def fits_after(self, last: int) -> list[tuple[int, int]] | None:
-        raise NotImplementedError
-
-
-class _Counted(_Probe):
-    """`_counted`'s probe: the counts moved to `last` releases (never back before the first)."""
-
-    def __init__(
-        self,
-        state: ClusterState,
-        req: Request,
-        ends: Sequence[tuple[float, int, JobId]],
-        counts: ReleaseCounts,
-        first: int,
-    ) -> None:
-        self.state, self.req, self.ends, self.counts = state, req, ends, counts
-        self.at = first  # the last release counted
-
-    def fits_after(self, last: int) -> list[tuple[int, int]] | None:
-        counts, ends = self.counts, self.ends
-        while self.at > last:
-            counts.undo()
-            self.at -= 1
-        while self.at < last:
-            self.at += 1
-            counts.release(ends[self.at][2])
-        return place_counts(self.state, self.req, counts.avail)
-
-
-class _Whole(_Probe):
-    """`_whole_nodes`' probe: the nodes wholly released by `last`."""
-
-    def __init__(self, state: ClusterState, req: Request, nodes: WholeNodes) -> None:
-        self.state, self.req, self.nodes = state, req, nodes
-
-    def fits_after(self, last: int) -> list[tuple[int, int]] | None:
-        return place_counts(self.state, self.req, self.nodes.avail(last), whole=True)
-
-
-class _Released(_Probe):
-    """`_search`'s probe: the attempts after `first` released through the plan up to `last`."""
-
-    def __init__(
-        self, state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]], first: int
-    ) -> None:
-        self.state, self.req, self.ends, self.first = state, req, ends, first
-        self.marks: list[int] = []  # marks[i]: plan checkpoint before release first + 1 + i
-        self.g = max(1, req.gpus_per_replica)
-
-    def fits_after(self, last: int) -> list[tuple[int, int]] | None:
-        state, req, marks = self.state, self.req, self.marks
-        beyond = last - self.first  # releases needed after the first step
-        if len(marks) > beyond:
-            state.plan.rollback(marks[beyond])
-            del marks[beyond:]
-        while len(marks) < beyond:
-            marks.append(state.plan.checkpoint())
-            _release(state, self.ends[self.first + len(marks)][2])
-        if state.index.capacity(0, req.classes, self.g)[0] < req.replicas:
-            return None
-        return _placed_counts(state, req)
-
-
 def _gallop(
-    probe: _Probe, ends: Sequence[tuple[float, int, JobId]], now: float, first: int
+    probe: Probe, ends: Sequence[tuple[float, int, JobId]], now: float, first: int
 ) -> Reservation | None:
-    """The first release at or after `first` after which the gang fits: galloping (1, 2, 4, ...
-    more releases), then binary search over the last stretch."""
-    failed, step, at = first - 1, 1, first
-    while True:
-        found = probe.fits_after(at)
-        if found is not None or at == len(ends) - 1:
-            break
-        failed, at, step = at, min(at + step, len(ends) - 1), step * 2
-    if found is None:
-        return None
-    lo, hi = failed, at  # fails after lo releases (-1: none), fits after hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        result = probe.fits_after(mid)
-        if result is not None:
-            hi, found = mid, result
-        else:
-            lo = mid
-    return Reservation("", max(ends[hi][0], now), tuple(found))
+    """The reservation at the first release at or after `first` after which the gang fits
+    (`probes.gallop`)."""
+    found = gallop(probe, len(ends), first)
+    return None if found is None else Reservation("", max(ends[found[0]][0], now), tuple(found[1]))
 
 
 def hold(state: ClusterState, reservation: Reservation) -> None:
@@ -399,8 +299,7 @@ def clear(state: ClusterState, reservations: list[Reservation]) -> None:
     """Drop every reservation at the end of a cycle (they are recomputed each cycle); trim the
     log of changed nodes (`fit_reads`)."""
     for r in reservations:
-        for node, _ in r.capacity:
-            state.reset_reserved(node)
+        state.drop_reserved(r.capacity)
     state.trim_log()
 
 
