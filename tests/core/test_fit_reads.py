@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 
 from corral.core import fit_reads, reserve
 from corral.core.cycle import schedule
+from corral.core.decisions import CycleResult
 from corral.core.model import JobId, JobSpec, NodeState, QueueName, Topology
+from corral.core.placement import Request
 from corral.core.request import request_for
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
@@ -45,39 +47,40 @@ def _gangs(state: ClusterState, tag: str) -> list[JobSpec]:
 
 
 def _compare(state: ClusterState, specs: list[JobSpec], now: float) -> int:
-    """Each gang's remembered answer against a fresh search; how many were remembered by reads."""
-    remembered = 0
+    """Each gang's remembered answer against a fresh search; how many were kept by what their
+    search read (the state changed since, and no new search replaced the memory)."""
+    kept = 0
     for spec in specs:
         try:
             req = request_for(state, spec)
         except ValueError:
             continue
-        checks = _Checks.held
+        reads = _reads(state, req)
         found = reserve.earliest_fit(state, req, now)
-        remembered += _Checks.held - checks
+        kept += reads is not None and reads is _kept(state, req)
         searched = reserve._earliest_fit(state, req, -float("inf"))
         if searched is not None and searched.start < now:
             searched = reserve.Reservation(searched.job, now, searched.capacity)
         assert found == searched
-    return remembered
+    return kept
 
 
-class _Checks:
-    """How many answers `Reads.unchanged` kept (counted by a wrapper)."""
+def _reads(state: ClusterState, req: Request) -> fit_reads.Reads | None:
+    """What the remembered search for these reserved GPUs read, if the state changed since."""
+    key = tuple(state.reserved_at.items())
+    for base, reserved, _, reads in state.fit_memo.get(req, []):
+        if reserved == key and base != state.base_id and isinstance(reads, fit_reads.Reads):
+            return reads
+    return None
 
-    held = 0
 
-
-@pytest.fixture(autouse=True)
-def _count_checks(monkeypatch: pytest.MonkeyPatch) -> None:
-    unchanged = fit_reads.Reads.unchanged
-
-    def counted(self: fit_reads.Reads, state: ClusterState) -> bool:
-        kept = unchanged(self, state)
-        _Checks.held += kept
-        return kept
-
-    monkeypatch.setattr(fit_reads.Reads, "unchanged", counted)
+def _kept(state: ClusterState, req: Request) -> object:
+    """What the remembered answer for these reserved GPUs at this base id read."""
+    key = tuple(state.reserved_at.items())
+    for base, reserved, _, reads in state.fit_memo.get(req, []):
+        if reserved == key and base == state.base_id:
+            return reads
+    return None
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -137,7 +140,7 @@ def test_answers_are_remembered_by_reads_on_a_full_cluster() -> None:
         )
         schedule(state, policy, now)
         remembered += _compare(state, gangs, now)
-    assert remembered >= 40
+    assert remembered >= 100  # (180 of 200 when written)
 
 
 def _full_cluster(nodes: int) -> ClusterState:
@@ -178,8 +181,9 @@ def test_busy_clusters_decide_as_without_reads(seed: int, policy: str, walk: boo
     assert remembered == searched
 
 
-def _replay(nodes: int, jobs: int) -> list[str]:
-    """The event log and every cycle's reasons."""
+def _replay(nodes: int, jobs: int) -> tuple[list[str], int]:
+    """The event log and every cycle's reasons; how often a remembered answer outlived a change
+    of the state (what a search read, seen again at another base id)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     try:
         from overload_trace import overload_cluster, overload_trace
@@ -193,17 +197,27 @@ def _replay(nodes: int, jobs: int) -> list[str]:
         EventLog([lambda event: lines.append(repr(sorted(event.items())))]),
         SimOptions(),
     )
-    sim.on_cycle = lambda result: lines.append(
-        repr(
-            (
-                result.now,
-                result.next_wake,
-                sorted((j, r.code.value, r.message) for j, r in result.reasons.items()),
-            )
-        )
-    )
+    bases: dict[int, int] = {}
+    alive: list[object] = []  # (ids stay unique)
+    kept = [0]
+
+    def cycle(result: CycleResult) -> None:
+        reasons = sorted((j, r.code.value, r.message) for j, r in result.reasons.items())
+        lines.append(repr((result.now, result.next_wake, reasons)))
+        for entries in sim.state.fit_memo.values():
+            for base, _, _, reads in entries:
+                if reads is None:
+                    continue
+                known = bases.get(id(reads))
+                if known is None:
+                    alive.append(reads)
+                elif known != base:
+                    kept[0] += 1
+                bases[id(reads)] = base
+
+    sim.on_cycle = cycle
     sim.run()
-    return lines
+    return lines, kept[0]
 
 
 @pytest.mark.parametrize(("nodes", "jobs"), [(8, 300), (16, 400)])
@@ -212,10 +226,9 @@ def test_overload_replays_equal_without_memory(
 ) -> None:
     """The overload trace's first jobs on a few nodes: the same event log with reads, with the
     memory of equal states only, and searching every time; reads kept answers."""
-    before = _Checks.held
-    with_reads = _replay(nodes, jobs)
-    assert _Checks.held > before
+    with_reads, kept = _replay(nodes, jobs)
+    assert kept > 0
     monkeypatch.setattr(reserve, "READS", False)
-    assert _replay(nodes, jobs) == with_reads
+    assert _replay(nodes, jobs)[0] == with_reads
     monkeypatch.setattr(reserve, "REMEMBER", False)
-    assert _replay(nodes, jobs) == with_reads
+    assert _replay(nodes, jobs)[0] == with_reads
