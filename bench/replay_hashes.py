@@ -85,6 +85,9 @@ CASES: dict[str, Case] = {
     "overload128_default_3000": _overload(128, 3000, "default"),
     "overload128_las_3000": _overload(128, 3000, "las"),
     "overload64_default_2000": _overload(64, 2000, "default"),
+    # `sim_speed.py`'s `overload128` and `overload --jobs 20000` whole (issue 15, reservation memory)
+    "overload128_default_5000": _overload(128, 5000, "default"),
+    "overload5000_default_20000": _overload(5000, 20000, "default"),
     # the estimator (issue 16; not on a main without the `estimated` policy)
     "philly_quarter_estimated": _philly_shared(0.25, "estimated"),
     "overload128_estimated_1000": _overload(128, 1000, "estimated"),

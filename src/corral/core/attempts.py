@@ -91,10 +91,11 @@ class AttemptTable(NodeTable):
     def _index_end(self, attempt: RunningAttempt, key: tuple[float, int, JobId], add: bool) -> None:
         """Add or remove an end key in the ends of the attempt's nodes (`node_ends`, `last_ends`)."""
         node_ends, last_ends, node_freed = self.node_ends, self.last_ends, self.node_freed
-        exclusive = attempt.exclusive
+        exclusive, log = attempt.exclusive, self.node_log
         for node, mask in attempt.placement:
             if not mask and not exclusive:
                 continue  # (nothing of the node's that it frees)
+            log.append(node)  # (`fit_reads`: its last end or what its attempts free may change)
             masks, whole = node_freed.get(node, (0, 0))  # (attempts' masks are disjoint)
             if add:
                 node_freed[node] = (masks | mask, whole + exclusive)

@@ -56,7 +56,8 @@ def backfill_end(cycle: Booking) -> float | None:
         return ends[1]
     state, found = cycle.state, None
     free, reserved, avail = state.free_count, state.reserved, state.index.avail
-    by_start = sorted(cycle.reservations, key=lambda r: -r.start)
+    reservations = cycle.reservations
+    by_start = reservations if len(reservations) < 2 else sorted(reservations, key=_start, reverse=True)
     lifted: dict[int, int] = {}
     touched_only = TOUCHED_ONLY
     i = 0
@@ -86,6 +87,10 @@ def backfill_end(cycle: Booking) -> float | None:
                 break
     cycle.ends = (epoch, found)
     return found
+
+
+def _start(r: reserve.Reservation) -> float:
+    return r.start
 
 
 def attempt(cycle: Booking, job: PendingJob, req: Request) -> bool:

@@ -183,13 +183,17 @@ class WholeNodes:
     its attempts; a node with two whole-node attempts raises `NeedsAll`), so `first` is that
     walk's, and `avail` what `counted.place_counts(..., whole=True)` needs."""
 
-    __slots__ = ("allowed", "ends", "g", "req", "state", "wholly")
+    __slots__ = ("allowed", "counted", "ends", "g", "reached", "req", "state", "wholly")
 
     def __init__(self, state: ClusterState, req: Request, ends: Sequence[tuple[float, int, JobId]]) -> None:
         self.state, self.req, self.ends = state, req, ends  # (`ends`: the finite prefix of `by_end`)
         self.g = req.gpus_per_replica
         self.allowed = set(req.classes)
         self.wholly: dict[int, int] = {}  # node -> its available GPUs once wholly released
+        # what `first` read (`fit_reads`): the nodes it counted, in order, and the end key at which
+        # the cluster had replicas enough (None: not reached, or reached before any release)
+        self.counted: list[int] = []
+        self.reached: tuple[float, int, JobId] | None = None
 
     @staticmethod
     def applies(state: ClusterState, req: Request) -> bool:
@@ -202,21 +206,11 @@ class WholeNodes:
         )
 
     def _free(self, node: int) -> int:
-        """The node's available GPUs once all its attempts are released (as `first_possible`)."""
+        """The node's available GPUs once all its attempts are released (`wholly_free`)."""
         known = self.wholly.get(node)
         if known is not None:
             return known
-        state = self.state
-        new = 0
-        if state.node_state[node] is NodeState.UP:
-            freed, exclusive = state.node_freed[node]
-            if exclusive > 1:
-                raise NeedsAll  # (the first of them to end frees the node: the walk decides)
-            if exclusive or not state.exclusive[node]:
-                left = state.alloc[node] & ~freed
-                free = state.healthy[node] & ~left & ~state.held[node]
-                new = max(0, free.bit_count() - state.reserved[node])
-        self.wholly[node] = new
+        new = self.wholly[node] = wholly_free(self.state, node)
         return new
 
     def first(self) -> int | None:
@@ -225,14 +219,16 @@ class WholeNodes:
         needed = self.req.replicas - state.index.capacity(0, self.req.classes, g)[0]
         if needed <= 0:
             return 0
-        node_class, base = state.node_class, state.index.avail
+        node_class, base, counted = state.node_class, state.index.avail, self.counted
         for end, seq, job_id, node in state.last_ends:
             if end >= INFINITY:
                 return None  # (an attempt without an end: never released)
             if node_class[node] in allowed and base[node] < g and self._free(node) >= g:
+                counted.append(node)
                 needed -= 1
                 if needed == 0:
-                    return bisect_left(self.ends, (end, seq, job_id))
+                    key = self.reached = (end, seq, job_id)
+                    return bisect_left(self.ends, key)
         return None
 
     def avail(self, last: int) -> dict[int, int]:
@@ -249,3 +245,18 @@ class WholeNodes:
                 if new >= g:
                     out[node] = new
         return out
+
+
+def wholly_free(state: ClusterState, node: int) -> int:
+    """A node's available GPUs once all its attempts with a place in `AttemptTable.node_ends` are
+    released (as `first_possible` counts them); `NeedsAll` if two of them hold it whole."""
+    if state.node_state[node] is not NodeState.UP:
+        return 0
+    freed, exclusive = state.node_freed[node]
+    if exclusive > 1:
+        raise NeedsAll  # (the first of them to end frees the node: the walk decides)
+    if not exclusive and state.exclusive[node]:
+        return 0
+    left = state.alloc[node] & ~freed
+    free = state.healthy[node] & ~left & ~state.held[node]
+    return max(0, free.bit_count() - state.reserved[node])

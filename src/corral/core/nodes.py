@@ -115,8 +115,15 @@ class NodeTable:
         self.base_id = 0
         self._last_id = 0
         self.reserved_at: dict[int, int] = {}  # node -> reserved GPUs, where any
-        # `reserve.earliest_fit` answers per request: (base id, reserved GPUs, answer)
-        self.fit_memo: dict[Request, tuple[int, tuple[tuple[int, int], ...], object]] = {}
+        # `reserve.earliest_fit` answers per request, the latest few: (base id, reserved GPUs,
+        # answer, and what the search read where it tells when an answer outlives a change:
+        # `fit_reads.Reads`)
+        self.fit_memo: dict[Request, list[tuple[int, tuple[tuple[int, int], ...], object, object]]] = {}
+        # the nodes whose GPUs, up state, exclusive flag or attempts' ends changed, in order (not
+        # their reserved GPUs alone); `log_from`: the position of its first entry since the start
+        # (`fit_reads`; trimmed at the end of each cycle, `trim_log`)
+        self.node_log: list[int] = []
+        self.log_from = 0
         # `reserve.misses_lifted` answers at one node version, per (request, reservations lifted)
         self.lift_memo: tuple[int, dict[tuple[Request, tuple[tuple[str, float], ...]], bool]] = (-1, {})
 
@@ -221,6 +228,7 @@ class NodeTable:
         free = self.healthy[node] & ~self.alloc[node] & ~self.held[node]
         self.free_count[node] = free.bit_count()
         self.group_free[node] = -1  # counted when first needed (`_move`)
+        self.node_log.append(node)
         self._move(node)
 
     def _move(self, node: int) -> None:
@@ -336,7 +344,9 @@ class NodeTable:
             self.free_count,
             self.group_free,
         )
+        log = self.node_log
         for node, (a, c, m, e, avail, nvl, count, group) in released.saved.items():
+            log.append(node)
             alloc[node], cpus[node], memory[node], exclusive[node] = a, c, m, e
             free_count[node], group_free[node] = count, group
             index.move(node, avail)
@@ -347,32 +357,54 @@ class NodeTable:
         else:
             self._new_id()
 
+    def trim_log(self, keep: int = 512) -> None:
+        """Forget all but the last `keep` entries of `node_log` once it holds four times as many."""
+        log = self.node_log
+        if len(log) > 4 * keep:
+            drop = len(log) - keep
+            del log[:drop]
+            self.log_from += drop
+
     def set_reserved(self, node: int, count: int) -> None:
         self.plan.record(self._set_reserved_raw, node, self.reserved[node])
         self._set_reserved_raw(node, count)
 
-    def add_reserved(self, capacity: Sequence[tuple[int, int]], sign: int) -> None:
+    def add_reserved(self, capacity: tuple[tuple[int, int], ...], sign: int) -> None:
         """Add (`sign` 1) or take back (-1) reserved GPUs per (node, GPUs), through the plan (one
         entry for them all)."""
-        reserved = self.reserved
-        self.plan.record(self._restore_reserved, [(node, reserved[node]) for node, _ in capacity])
+        reserved, reserved_at = self.reserved, self.reserved_at
+        before: list[tuple[int, int]] = []
         for node, gpus in capacity:
-            self._set_reserved_raw(node, reserved[node] + sign * gpus)
+            count = reserved[node]
+            before.append((node, count))
+            count += sign * gpus
+            reserved[node] = count  # (`_set_reserved_raw`, inlined)
+            if count:
+                reserved_at[node] = count
+            elif node in reserved_at:
+                del reserved_at[node]
+            self._move(node)
+        self.plan.record(self._restore_reserved, before)
 
     def _restore_reserved(self, before: list[tuple[int, int]]) -> None:
         for node, count in reversed(before):
             self._set_reserved_raw(node, count)
 
-    def reset_reserved(self, node: int) -> None:
-        """Drop a node's reservations outside the plan (at the end of a cycle)."""
-        self._set_reserved_raw(node, 0)
+    def drop_reserved(self, capacity: tuple[tuple[int, int], ...]) -> None:
+        """Drop the reservations of these nodes outside the plan (at the end of a cycle)."""
+        reserved, reserved_at = self.reserved, self.reserved_at
+        for node, _ in capacity:
+            if reserved[node]:
+                reserved[node] = 0
+                del reserved_at[node]
+                self._move(node)
 
     def _set_reserved_raw(self, node: int, count: int) -> None:
         self.reserved[node] = count
         if count:
             self.reserved_at[node] = count
-        else:
-            self.reserved_at.pop(node, None)
+        elif node in self.reserved_at:
+            del self.reserved_at[node]
         self._move(node)  # (no mask changed: the free counts stand)
 
     def set_held(self, node: int, mask: int) -> None:

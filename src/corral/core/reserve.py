@@ -10,15 +10,17 @@ them unless they end (by their time limit) before every reservation they would t
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from heapq import merge
 
 from corral.core.counted import NeedsAll, countable, place_counts
 from corral.core.estimates import Estimate
 from corral.core.first_release import ReleaseCounts, WholeNodes, first_possible
+from corral.core.fit_reads import NEVER, Reads
 from corral.core.model import INFINITY, JobId
-from corral.core.placement import Request, place
+from corral.core.placement import Request
+from corral.core.probes import CountedProbe, Probe, ReleasedProbe, WholeProbe, gallop, placed_counts
 from corral.core.state import ClusterState
 
 
@@ -29,9 +31,15 @@ class Reservation:
     capacity: tuple[tuple[int, int], ...]  # (node id, GPUs)
 
 
+# (base id, reserved GPUs, answer, what its search read or None): `ClusterState.fit_memo`
+Remembered = tuple[int, tuple[tuple[int, int], ...], object, object]
+
+
 _MEMO_SIZE = 4096  # requests remembered at most (the memory is emptied when full)
+_PER_REQUEST = 4  # answers remembered per request, for as many sets of reserved GPUs (the latest)
 REMEMBER = True  # bench/replay_hashes.py --search-again turns the memory off (interpreted) to compare
 WHOLE_NODES = True  # tests turn the search by wholly released nodes off to compare it with the walk
+READS = True  # False: an answer is remembered only while the state is the same (tests compare)
 
 
 def earliest_fit(
@@ -47,31 +55,57 @@ def earliest_fit(
     expected end, `ClusterState.by_end`; `estimated_fit` adds estimated ends, and is not
     remembered here: `estimated_holds` bounds how often it searches).
 
-    Remembered per request while the state is the same (`ClusterState.base_id` and the reserved
-    GPUs): the search is a function of the state alone (the index keeps no trace of tentative
-    work), and of `now` only through `max(end, now)`.
+    Remembered per request and reserved GPUs (the latest few) while the state is the same
+    (`ClusterState.base_id`): the search is a function of the state alone (the index keeps no
+    trace of tentative work), and of `now` only through `max(end, now)`. The answer of a gang of
+    whole nodes that may spread over the cluster holds further, with the same reserved GPUs,
+    while no change since reaches what its search read (`fit_reads.Reads`).
     """
     if ends is not None:
         return _earliest_fit(state, req, now, ends)
     base, key = state.base_id, tuple(state.reserved_at.items())
-    known = state.fit_memo.get(req)
-    if remember and REMEMBER and known is not None and known[0] == base and known[1] == key:
-        found = known[2]
+    entries = state.fit_memo.get(req)
+    known: Remembered | None = None
+    if entries is not None and remember and REMEMBER:
+        for entry in entries:
+            if entry[1] == key:
+                known = entry
+                break
+    found: Reservation | None
+    if known is not None and (
+        known[0] == base or (READS and isinstance(known[3], Reads) and known[3].unchanged(state))
+    ):
+        found = known[2] if isinstance(known[2], Reservation) else None
+        if known[0] != base:
+            assert entries is not None
+            entries[entries.index(known)] = (base, key, found, known[3])
     else:
-        found = _earliest_fit(state, req, -INFINITY)
+        reads: list[Reads] = []
+        found = _earliest_fit(state, req, -INFINITY, reads=reads)
         if len(state.fit_memo) >= _MEMO_SIZE:
             state.fit_memo.clear()
+            entries = None
         if state.base_id == base:  # (the search leaves the state as it found it)
-            state.fit_memo[req] = (base, key, found)
-    if not isinstance(found, Reservation):
+            if entries is None:
+                entries = state.fit_memo[req] = []
+            elif known is not None:
+                entries.remove(known)
+            elif len(entries) >= _PER_REQUEST:
+                del entries[0]
+            entries.append((base, key, found, reads[0] if reads else None))
+    if found is None:
         return None
     return found if found.start >= now else Reservation(found.job, now, found.capacity)
 
 
 def _earliest_fit(
-    state: ClusterState, req: Request, now: float, ends: Sequence[tuple[float, int, JobId]] | None = None
+    state: ClusterState,
+    req: Request,
+    now: float,
+    ends: Sequence[tuple[float, int, JobId]] | None = None,
+    reads: list[Reads] | None = None,
 ) -> Reservation | None:
-    """`earliest_fit`, searched.
+    """`earliest_fit`, searched (`reads`, when given, gets what a search of whole nodes read).
 
     Attempts are released in order of expected end. A count of free GPUs kept outside the state
     (`first_release.first_possible`) finds the first release after which some domain the gang may use (one
@@ -96,7 +130,7 @@ def _earliest_fit(
     counted = countable(req)
     if whole and counted and WholeNodes.applies(state, req):
         try:
-            return _whole_nodes(state, req, now, ends)
+            return _whole_nodes(state, req, now, ends, reads)
         except NeedsAll:
             pass  # (domains compared by free GPUs: the walk counts every node)
     first, where, releases, counts = first_possible(state, req, ends, not counted)
@@ -139,49 +173,33 @@ def _counted(
         counts = ReleaseCounts(state, req.classes)
         for _, _, job_id in ends[: first + 1]:
             counts.release(job_id)
-    at = [first]  # the last release counted (the search never goes back before `first`)
-
-    def fits_after(last: int) -> list[tuple[int, int]] | None:
-        while at[0] > last:
-            counts.undo()
-            at[0] -= 1
-        while at[0] < last:
-            at[0] += 1
-            counts.release(ends[at[0]][2])
-        return place_counts(state, req, counts.avail)
-
-    return _gallop(fits_after, ends, now, first)
+    return _gallop(CountedProbe(state, req, ends, counts, first), ends, now, first)
 
 
 def _whole_nodes(
-    state: ClusterState, req: Request, now: float, ends: Sequence[tuple[float, int, JobId]]
+    state: ClusterState,
+    req: Request,
+    now: float,
+    ends: Sequence[tuple[float, int, JobId]],
+    reads: list[Reads] | None = None,
 ) -> Reservation | None:
     """`_counted` for a gang of whole nodes that may spread over the cluster: the first release
-    and the nodes it may take read from the nodes wholly released (`first_release.WholeNodes`)."""
+    and the nodes it may take read from the nodes wholly released (`first_release.WholeNodes`);
+    `reads` gets what it read when the gang fits at that first release (the usual case: counts
+    decide where it fits), or never fits."""
     nodes = WholeNodes(state, req, ends)
     first = nodes.first()
     if first is None:
+        if reads is not None:
+            reads.append(Reads(state, req, NEVER, nodes.counted))
         return None
-    return _gallop(lambda last: place_counts(state, req, nodes.avail(last), whole=True), ends, now, first)
-
-
-def _placed_counts(state: ClusterState, req: Request) -> list[tuple[int, int]] | None:
-    """(node, GPUs) of where the gang places now (nothing taken); None if nowhere."""
-    placed = place(state, req, explain=False, take=False)
-    if not isinstance(placed, list):
-        return None
-    counts: dict[int, int] = {}
-    for node, mask in placed:
-        counts[node] = counts.get(node, 0) + mask.bit_count()
-    return sorted(counts.items())
-
-
-def _release(state: ClusterState, job_id: JobId) -> None:
-    attempt = state.running[job_id]
-    spec, exclusive = attempt.spec, attempt.exclusive
-    cpus, memory = spec.cpus_per_replica, spec.memory_gib_per_replica
-    for node, mask in attempt.placement:
-        state.give_back(node, mask, cpus, memory, exclusive)
+    avail = nodes.avail(first)  # (`_gallop`'s first probe, made here)
+    found = place_counts(state, req, avail, whole=True)
+    if found is None:
+        return _gallop(WholeProbe(state, req, nodes), ends, now, first)
+    if reads is not None and nodes.reached is not None:
+        reads.append(Reads(state, req, nodes.reached, list(avail)))
+    return Reservation("", max(ends[first][0], now), tuple(found))
 
 
 def _releases(state: ClusterState, job_ids: Iterable[JobId]) -> list[tuple[int, int, int, float, bool]]:
@@ -205,7 +223,7 @@ def _fits_inside(
     touching = [j for _, _, j in ends if any(node in nodes for node, _ in running[j].placement)]
     released = state.give_back_many(_releases(state, touching))
     try:
-        return _placed_counts(state, req)
+        return placed_counts(state, req)
     finally:
         state.restore(released)
 
@@ -222,53 +240,20 @@ def _search(
     they give back) in one step, then one at a time: galloping, then binary search."""
     base = state.plan.checkpoint()
     released = state.give_back_many(releases)
-    marks: list[int] = []  # marks[i]: plan checkpoint before release first + 1 + i
-    g = max(1, req.gpus_per_replica)
-
-    def fits_after(last: int) -> list[tuple[int, int]] | None:
-        beyond = last - first  # releases needed after the first step
-        if len(marks) > beyond:
-            state.plan.rollback(marks[beyond])
-            del marks[beyond:]
-        while len(marks) < beyond:
-            marks.append(state.plan.checkpoint())
-            _release(state, ends[first + len(marks)][2])
-        if state.index.capacity(0, req.classes, g)[0] < req.replicas:
-            return None
-        return _placed_counts(state, req)
-
     try:
-        return _gallop(fits_after, ends, now, first)
+        return _gallop(ReleasedProbe(state, req, ends, first), ends, now, first)
     finally:
         state.plan.rollback(base)
         state.restore(released)
 
 
 def _gallop(
-    fits_after: Callable[[int], list[tuple[int, int]] | None],
-    ends: Sequence[tuple[float, int, JobId]],
-    now: float,
-    first: int,
+    probe: Probe, ends: Sequence[tuple[float, int, JobId]], now: float, first: int
 ) -> Reservation | None:
-    """The first release at or after `first` after which the gang fits: galloping (1, 2, 4, ...
-    more releases), then binary search over the last stretch."""
-    failed, step, probe = first - 1, 1, first
-    while True:
-        found = fits_after(probe)
-        if found is not None or probe == len(ends) - 1:
-            break
-        failed, probe, step = probe, min(probe + step, len(ends) - 1), step * 2
-    if found is None:
-        return None
-    lo, hi = failed, probe  # fails after lo releases (-1: none), fits after hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        result = fits_after(mid)
-        if result is not None:
-            hi, found = mid, result
-        else:
-            lo = mid
-    return Reservation("", max(ends[hi][0], now), tuple(found))
+    """The reservation at the first release at or after `first` after which the gang fits
+    (`probes.gallop`)."""
+    found = gallop(probe, len(ends), first)
+    return None if found is None else Reservation("", max(ends[found[0]][0], now), tuple(found[1]))
 
 
 def hold(state: ClusterState, reservation: Reservation) -> None:
@@ -311,10 +296,11 @@ def misses_lifted(
 
 
 def clear(state: ClusterState, reservations: list[Reservation]) -> None:
-    """Drop every reservation at the end of a cycle (they are recomputed each cycle)."""
+    """Drop every reservation at the end of a cycle (they are recomputed each cycle); trim the
+    log of changed nodes (`fit_reads`)."""
     for r in reservations:
-        for node, _ in r.capacity:
-            state.reset_reserved(node)
+        state.drop_reserved(r.capacity)
+    state.trim_log()
 
 
 def estimated_fit(
