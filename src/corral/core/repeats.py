@@ -134,8 +134,13 @@ class Walk:
 
     def finish(self) -> None:
         """Give the passive families' remaining jobs their verdicts, and every job passed as blocked
-        by capacity its reason (the walk is over)."""
+        by capacity its reason (the walk is over); unless no one reads them
+        (`ClusterState.runs_read`): listing them costs what waits, not what can change."""
         self._cut(everything=True)
+        if not self.state.runs_read:  # no one reads them: the jobs passed are not listed
+            self.told.done = True
+            self._judge = None
+            return
         reasons = self.judge.reasons
         told_of = self.told
         # per (shape, queue, class): the first reason its (shape, time limit)s were told this
@@ -275,7 +280,7 @@ class Walk:
             told = verdict.reason if verdict.per_limit is None else verdict.per_limit
             fam.runs.append((fam.keys[lo], fam.keys[hi - 1], told))
             fam.spans.append((lo, hi))
-        else:
+        elif self.state.runs_read:
             self.judge.reasons.add_run(fam.keys[lo:hi], verdict.reason)
         self.passed += hi - lo
 

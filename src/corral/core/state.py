@@ -43,6 +43,9 @@ class ClusterState(AttemptTable):
         self.min_runtime_by_value = {p.value: p.min_runtime for p in priority_classes}
         self.jobs: dict[JobId, PendingJob] = {}  # every pending job, by id
         self.unchecked: list[PendingJob] = []  # submitted since the last cycle: feasibility not checked
+        # False: the adapter never reads the reasons of the jobs a walk passes over (the simulator
+        # without `on_cycle`), so a cycle does not list them (`repeats.Walk`); decisions are the same
+        self.runs_read = True
         self.usage_time: float | None = None
         self.use_version = 0  # bumped whenever any queue's counted GPUs change
         self._interned: dict[tuple[object, ...], int] = {}

@@ -262,6 +262,7 @@ class Simulation:
 
     def _cycle(self, now: float) -> None:
         self.stats.cycles += 1
+        self.state.runs_read = self.on_cycle is not None  # else no one reads the reasons
         result = schedule(self.state, self.profile, now)
         wake = result.next_wake  # e.g. a victim's min_runtime ends: nothing else may happen then
         self._checkpoint_wakes = result.checkpoint_wakes
