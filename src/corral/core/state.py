@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from heapq import heappush
 
 from corral.core.attempts import AttemptTable, history_keys, seconds_run
+from corral.core.caches import Caches
 from corral.core.errors import InvariantError
 from corral.core.jobs import NO_END, Nomination, PendingJob, QueueState, RunningAttempt, shape_of
 from corral.core.model import (
@@ -25,7 +26,6 @@ from corral.core.model import (
     QueueName,
     QueueSpec,
 )
-from corral.core.nodes import Caches
 
 
 class ClusterState(AttemptTable):
