@@ -1,0 +1,56 @@
+"""The preemption phase's per-cycle memories change no decision and no sentence.
+
+Each memory has a switch in `corral.core.preemption`; the histories of `test_repeats.play` (0 to
+40 time limits), `test_preemption_memo.busy` and the two-model clusters of
+`test_victim_nodes.mixed` under `las`, `default` and `tiresias`, walked and looked at job by job,
+run with the memory and without it: every decision and reason must match.
+
+- `NONE_BY_KEY`: `Preemption._search` remembers, per `Victims.preemptor_key`, the queues' use
+  version at which a search found no running attempt that could be a victim at all, and answers
+  the searches of other families of that key (other shapes, queues of the same key, nodes
+  avoided) without searching while the version holds (`tiresias`, which narrows groups, is never
+  answered from it). The histories differ when the memory outlives the use version or ignores
+  the key.
+- `SAME_SENTENCES`: `Preemption._with_protection` remembers, for one cycle, the reason that names
+  when the victims' `min_runtime` protection ends, per reason object and end; the jobs of a
+  family (and every family with the same capacity sentence) are told it without a new sentence.
+  The histories differ when the memory forgets the end or the reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from corral.core import preemption
+from tests.core.test_preemption_memo import both, busy
+from tests.core.test_repeats import play
+from tests.core.test_victim_nodes import mixed
+
+SWITCHES = pytest.mark.parametrize("name", ["NONE_BY_KEY", "SAME_SENTENCES"])
+POLICIES = st.sampled_from(["las", "default", "tiresias"])
+
+
+@SWITCHES
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), policy=POLICIES, limits=st.sampled_from([0, 3, 40]))
+def test_backlogs_decide_alike(name: str, seed: int, policy: str, limits: int) -> None:
+    remembered, long_way = both(play, seed, policy, limits, switch=(preemption, name))
+    assert remembered == long_way
+
+
+@SWITCHES
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), policy=POLICIES, walk=st.booleans())
+def test_busy_clusters_decide_alike(name: str, seed: int, policy: str, walk: bool) -> None:
+    remembered, long_way = both(busy, seed, policy, walk=walk, switch=(preemption, name))
+    assert remembered == long_way
+
+
+@SWITCHES
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), walk=st.booleans())
+def test_two_models_decide_alike(name: str, seed: int, walk: bool) -> None:
+    remembered, long_way = both(mixed, seed, "las", walk=walk, switch=(preemption, name))
+    assert remembered == long_way
