@@ -1,4 +1,4 @@
-"""Capacity sentences remembered within a cycle (`reasons.Sentences`) are the sentences built anew.
+"""Capacity sentences remembered (`capacity_reasons.Sentences`) are the sentences built anew.
 
 The random histories of `test_repeats.play` (reservations, backfill attempts, preemption, jobs
 that differ by their time limits) and `test_preemption_memo.busy` run twice, once with the memory
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corral.core import reasons
+from corral.core import capacity_reasons, reasons
 from corral.core.model import JobId, JobSpec, NodeName, NodeSpec, QueueName, QueueSpec
 from corral.core.placement import Miss
 from corral.core.request import request_for
@@ -30,7 +30,7 @@ from tests.core.test_repeats import play
 def test_remembered_sentences_are_the_sentences_built_anew(seed: int, policy: str, limits: int) -> None:
     remembered = play(seed, policy, limits)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(reasons, "REMEMBER_SENTENCES", False)
+        patch.setattr(capacity_reasons, "REMEMBER_SENTENCES", False)
         built = play(seed, policy, limits)
     assert remembered == built
 
@@ -44,11 +44,11 @@ def test_remembered_sentences_are_the_sentences_built_anew(seed: int, policy: st
 def test_sentences_remembered_across_cycles_are_the_sentences_built_anew(
     seed: int, policy: str, lasting: bool
 ) -> None:
-    """The memory across cycles (`reasons.LASTING_SENTENCES`) on clusters whose cycles are hours
+    """The memory across cycles (`capacity_reasons.LASTING_SENTENCES`) on clusters whose cycles are hours
     apart: against no memory at all, or against the cycle's memory alone."""
     remembered = busy(seed, policy)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(reasons, "LASTING_SENTENCES" if lasting else "REMEMBER_SENTENCES", False)
+        patch.setattr(capacity_reasons, "LASTING_SENTENCES" if lasting else "REMEMBER_SENTENCES", False)
         built = busy(seed, policy)
     assert remembered == built
 
@@ -64,6 +64,8 @@ def test_a_sentence_remembered_across_cycles_reads_the_held_gpus() -> None:
     miss = Miss(len(state.topology.span_names) - 1, 0, 6)  # the cluster: 6 GPUs free
     held = [("gang", 3600.0, (0, 1))]
     for count in (3, 5):
-        told = reasons.Sentences(state, 0.0).capacity(req, miss, held, 1, 600.0, lambda r, h, n=count: n)
+        told = capacity_reasons.Sentences(state, 0.0).capacity(
+            req, miss, held, 1, 600.0, lambda r, h, n=count: n
+        )
         assert told == reasons.capacity(state, req, miss, held, 600.0, 0.0, lambda n=count: n)
         assert f"{count} more are held" in told.message

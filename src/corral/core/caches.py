@@ -32,7 +32,7 @@ class Caches:
     # queue, class) in `base_ids`, and its preemptibility (`first_told.FirstTold.twins`)
     family_bases: dict[int, tuple[int, bool]] = field(default_factory=dict)
     base_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
-    # capacity sentences by what they read (`reasons.Sentences`): (request, sentence, its parts)
+    # capacity sentences by what they read (`capacity_reasons.Sentences`): (request, sentence, its parts)
     sentences: dict[tuple[object, ...], tuple[Request, Reason, tuple[str, str] | None]] = field(
         default_factory=dict
     )

@@ -3,19 +3,25 @@ of what those sentences read: the reservations on the node classes a gang may us
 per classes while the cycle's reservations stay as they are, and the free GPUs they hold,
 remembered per classes while neither the reservations nor the state apart from reserved GPUs
 change (`ClusterState.base_id`: a tried backfill gives it back; outside one, the reserved GPUs
-are the reservations'). The sentences themselves are remembered by `reasons.Sentences`.
+are the reservations'). The sentences themselves are remembered by `Sentences`, within a
+cycle and across cycles.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from corral.core import reasons as why_text
-from corral.core.decisions import Reason
+from corral.core.decisions import Reason, Why
 from corral.core.jobs import PendingJob
 from corral.core.placement import Miss, Request
 from corral.core.reserve import Reservation
 from corral.core.state import ClusterState
 
 Held = list[tuple[str, float, tuple[int, ...]]]  # (job, start, nodes) of reservations, earliest first
+REMEMBER_SENTENCES = True  # False: every capacity sentence built anew (tests compare: `Sentences`)
+LASTING_SENTENCES = True  # False: none remembered across cycles (tests compare: `Sentences`)
+LASTING_MAX = 4096  # the sentences remembered across cycles are forgotten at this many
 
 
 class CapacityReasons:
@@ -29,7 +35,7 @@ class CapacityReasons:
         self.now = now
         self.reservations = reservations
         self.generation = 0
-        self.sentences = why_text.Sentences(state, now)
+        self.sentences = Sentences(state, now)
         # per node classes: (generation, reservations on them) and ((generation, base id), GPUs)
         self.reserved_memo: dict[tuple[int, ...], tuple[int, Held]] = {}
         self.held_free_memo: dict[tuple[int, ...], tuple[tuple[int, int], int]] = {}
@@ -72,3 +78,84 @@ class CapacityReasons:
         found = why_text.held_free_gpus(self.state, req, held)
         self.held_free_memo[req.classes] = (key, found)
         return found
+
+
+class Sentences:
+    """The capacity sentences of one cycle at `now` (`reasons.capacity`), remembered per (request, miss,
+    reservations, `ClusterState.base_id`): the jobs of a shape blocked alike are told one
+    sentence, built once, with `reasons.RUNS` where a job's own end goes (`Why.BEHIND_RESERVATION`),
+    filled in for each job. The base id names everything a sentence reads but the reserved GPUs
+    (work undone through the plan gives its id back, so a tried backfill leaves the memory
+    valid); inside a cycle, outside a backfill attempt or a search, those are the cycle's
+    reservations, which the caller's `generation` names. A sentence not in this cycle's memory is
+    looked up by the values it reads (`reasons.lasting_key`: free and held GPUs, the first reservation,
+    the most on one node, the nodes that take no new work) in the state's caches, kept across
+    cycles while static capacity holds (`LASTING_SENTENCES`): on a long backlog the state changes
+    every cycle, the sentences rarely. Answers exactly what `reasons.capacity` does."""
+
+    __slots__ = ("memo", "now", "state")
+
+    def __init__(self, state: ClusterState, now: float) -> None:
+        self.state = state
+        self.now = now
+        # (request's id, miss span, miss best GPUs, reservations' generation, base id) ->
+        # (request, sentence, its parts around `reasons.RUNS` if it names the job's end)
+        self.memo: dict[tuple[int, int, int, int, int], tuple[Request, Reason, tuple[str, str] | None]] = {}
+
+    def capacity(
+        self,
+        req: Request,
+        miss: Miss,
+        reservations: Sequence[tuple[str, float, tuple[int, ...]]],
+        generation: int,
+        ends_by: float | None,
+        held_free: why_text.HeldFree | None = None,
+        runs: str | None = None,
+    ) -> Reason:
+        """`capacity(state, req, miss, reservations, ends_by, now, held, runs)`, where `held()` is
+        `held_free(req, reservations)` and `reservations` is a function of (the request's
+        classes, `generation`)."""
+        state = self.state
+        if not REMEMBER_SENTENCES:
+            held = None if held_free is None else lambda: held_free(req, reservations)
+            return why_text.capacity(state, req, miss, reservations, ends_by, self.now, held, runs)
+        # the request by identity (hashing it costs more than building many sentences): the
+        # memory holds it, so no other object takes its id while the entry lives
+        key = (id(req), miss.span, miss.best_gpus, generation, state.base_id)
+        found = self.memo.get(key)
+        if found is None:
+            held = None if held_free is None else lambda: held_free(req, reservations)
+            lasting = state.caches.sentences
+            values = (
+                why_text.lasting_key(state, req, miss, reservations, self.now, held)
+                if LASTING_SENTENCES
+                else None
+            )
+            if values is not None:
+                found = lasting.get(values)
+                if found is not None and found[0] is not req:
+                    found = None  # (another request of the same id: not possible while held)
+            if found is None:
+                template = why_text.capacity(
+                    state, req, miss, reservations, None, self.now, held, why_text.RUNS
+                )
+                parts: tuple[str, str] | None = None
+                if template.code is Why.BEHIND_RESERVATION:
+                    split = template.message.split(why_text.RUNS)
+                    if len(split) != 2:  # (a name holding the placeholder: no memory)
+                        return why_text.capacity(
+                            state, req, miss, reservations, ends_by, self.now, held, runs
+                        )
+                    parts = (split[0], split[1])
+                found = (req, template, parts)
+                if values is not None:
+                    if len(lasting) >= LASTING_MAX:
+                        lasting.clear()
+                    lasting[values] = found
+            self.memo[key] = found
+        _, template, parts = found
+        if parts is None:
+            return template
+        if runs is None:
+            runs = why_text.runs_until(ends_by, self.now)
+        return Reason(template.code, parts[0] + runs + parts[1], template.at)

@@ -18,9 +18,6 @@ from corral.core.model import NodeState
 from corral.core.placement import Miss, Request
 from corral.core.state import ClusterState
 
-REMEMBER_SENTENCES = True  # False: every capacity sentence built anew (tests compare: `Sentences`)
-LASTING_SENTENCES = True  # False: none remembered across cycles (tests compare: `Sentences`)
-LASTING_MAX = 4096  # the sentences remembered across cycles are forgotten at this many
 UNIX_EPOCH_FLOOR = 1e9  # a time at or above this is Unix time (after 2001); below, a simulation's seconds
 _NAMES_SHOWN = 3
 
@@ -164,81 +161,6 @@ def capacity(
 
 Reservations = Sequence[tuple[str, float, tuple[int, ...]]]  # (job, start, nodes), earliest first
 HeldFree = Callable[[Request, Reservations], int]  # `held_free_gpus`, or a cycle's memory of it
-
-
-class Sentences:
-    """The capacity sentences of one cycle at `now` (`capacity`), remembered per (request, miss,
-    reservations, `ClusterState.base_id`): the jobs of a shape blocked alike are told one
-    sentence, built once, with `RUNS` where a job's own end goes (`Why.BEHIND_RESERVATION`),
-    filled in for each job. The base id names everything a sentence reads but the reserved GPUs
-    (work undone through the plan gives its id back, so a tried backfill leaves the memory
-    valid); inside a cycle, outside a backfill attempt or a search, those are the cycle's
-    reservations, which the caller's `generation` names. A sentence not in this cycle's memory is
-    looked up by the values it reads (`lasting_key`: free and held GPUs, the first reservation,
-    the most on one node, the nodes that take no new work) in the state's caches, kept across
-    cycles while static capacity holds (`LASTING_SENTENCES`): on a long backlog the state changes
-    every cycle, the sentences rarely. Answers exactly what `capacity` does."""
-
-    __slots__ = ("memo", "now", "state")
-
-    def __init__(self, state: ClusterState, now: float) -> None:
-        self.state = state
-        self.now = now
-        # (request's id, miss span, miss best GPUs, reservations' generation, base id) ->
-        # (request, sentence, its parts around `RUNS` if it names the job's end)
-        self.memo: dict[tuple[int, int, int, int, int], tuple[Request, Reason, tuple[str, str] | None]] = {}
-
-    def capacity(
-        self,
-        req: Request,
-        miss: Miss,
-        reservations: Sequence[tuple[str, float, tuple[int, ...]]],
-        generation: int,
-        ends_by: float | None,
-        held_free: HeldFree | None = None,
-        runs: str | None = None,
-    ) -> Reason:
-        """`capacity(state, req, miss, reservations, ends_by, now, held, runs)`, where `held()` is
-        `held_free(req, reservations)` and `reservations` is a function of (the request's
-        classes, `generation`)."""
-        state = self.state
-        if not REMEMBER_SENTENCES:
-            held = None if held_free is None else lambda: held_free(req, reservations)
-            return capacity(state, req, miss, reservations, ends_by, self.now, held, runs)
-        # the request by identity (hashing it costs more than building many sentences): the
-        # memory holds it, so no other object takes its id while the entry lives
-        key = (id(req), miss.span, miss.best_gpus, generation, state.base_id)
-        found = self.memo.get(key)
-        if found is None:
-            held = None if held_free is None else lambda: held_free(req, reservations)
-            lasting = state.caches.sentences
-            values = (
-                lasting_key(state, req, miss, reservations, self.now, held) if LASTING_SENTENCES else None
-            )
-            if values is not None:
-                found = lasting.get(values)
-                if found is not None and found[0] is not req:
-                    found = None  # (another request of the same id: not possible while held)
-            if found is None:
-                template = capacity(state, req, miss, reservations, None, self.now, held, RUNS)
-                parts: tuple[str, str] | None = None
-                if template.code is Why.BEHIND_RESERVATION:
-                    split = template.message.split(RUNS)
-                    if len(split) != 2:  # (a name holding the placeholder: no memory)
-                        return capacity(state, req, miss, reservations, ends_by, self.now, held, runs)
-                    parts = (split[0], split[1])
-                found = (req, template, parts)
-                if values is not None:
-                    if len(lasting) >= LASTING_MAX:
-                        lasting.clear()
-                    lasting[values] = found
-            self.memo[key] = found
-        _, template, parts = found
-        if parts is None:
-            return template
-        if runs is None:
-            runs = runs_until(ends_by, self.now)
-        return Reason(template.code, parts[0] + runs + parts[1], template.at)
 
 
 def lasting_key(
