@@ -21,26 +21,18 @@ from corral.core.state import ClusterState
 Held = list[tuple[str, float, tuple[int, ...]]]  # (job, start, nodes) of reservations, earliest first
 REMEMBER_SENTENCES = True  # False: every capacity sentence built anew (tests compare: `Sentences`)
 LASTING_SENTENCES = True  # False: none remembered across cycles (tests compare: `Sentences`)
-LASTING_MAX = 4096
-# a sentence asked with `reasons.RUNS` is the remembered template itself, one object while it is
-# remembered (False: built anew each time; tests compare: `test_verdict_memory`)
-SAME_TEMPLATE = True  # the sentences remembered across cycles are forgotten at this many
+LASTING_MAX = 4096  # the sentences remembered across cycles are forgotten at this many
+# a sentence asked with `reasons.RUNS` (a walk's family verdict) is the remembered template itself,
+# one object while it is remembered (False: built anew each time; tests compare:
+# `test_verdict_memory`)
+SAME_TEMPLATE = True
 
 
 class CapacityReasons:
     """The capacity sentences of one cycle at `now`; `reservations` is the cycle's own list (read,
     never changed here), `generation` (passed with each question) names its contents."""
 
-    __slots__ = (
-        "generation",
-        "held_free_memo",
-        "now",
-        "per_limits",
-        "reservations",
-        "reserved_memo",
-        "sentences",
-        "state",
-    )
+    __slots__ = ("generation", "held_free_memo", "now", "reservations", "reserved_memo", "sentences", "state")
 
     def __init__(self, state: ClusterState, now: float, reservations: list[Reservation]) -> None:
         self.state = state
@@ -51,9 +43,6 @@ class CapacityReasons:
         # per node classes: (generation, reservations on them) and ((generation, base id), GPUs)
         self.reserved_memo: dict[tuple[int, ...], tuple[int, Held]] = {}
         self.held_free_memo: dict[tuple[int, ...], tuple[tuple[int, int], int]] = {}
-        # (id of a sentence with `RUNS`, time limit) -> (that sentence, kept alive so that its id
-        # is not reused; its `PerLimit`, None if it has no `RUNS` exactly once): see `per_limit`
-        self.per_limits: dict[tuple[int, float | None], tuple[Reason, why_text.PerLimit | None]] = {}
 
     def reason(
         self, job: PendingJob, req: Request, placed: Miss, generation: int, runs: str | None = None
@@ -66,19 +55,6 @@ class CapacityReasons:
         if not held:
             return self.sentences.capacity(req, placed, held, generation, ends_by)
         return self.sentences.capacity(req, placed, held, generation, ends_by, self.held_free, runs)
-
-    def per_limit(self, template: Reason, limit: float | None) -> why_text.PerLimit | None:
-        """`PerLimit.of(template, now, limit)`, remembered for the cycle (its `now` never changes)
-        per sentence object: a family's verdict names the same sentence object epoch after epoch
-        (`Sentences` gives the remembered template itself, the protection sentence is remembered
-        per sentence object: `Preemption.with_protection`), so its split is made once."""
-        if not SAME_TEMPLATE:
-            return why_text.PerLimit.of(template, self.now, limit)
-        key = (id(template), limit)
-        found = self.per_limits.get(key)
-        if found is None:
-            found = self.per_limits[key] = (template, why_text.PerLimit.of(template, self.now, limit))
-        return found[1]
 
     def reserved_for(self, req: Request) -> Held:
         """(job, start, nodes) of the cycle's reservations on nodes the gang may use, earliest
