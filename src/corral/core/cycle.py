@@ -24,6 +24,7 @@ from corral.core.model import JobId, Placement, QueueName
 from corral.core.placement import NodeMask, Request, place, sure_miss, to_placement
 from corral.core.plugins import Profile
 from corral.core.preemption import Preemption
+from corral.core.no_search import finds_none
 from corral.core.rejections import reject_never_fitting
 from corral.core.request import request_for
 from corral.core.same_queue import SameQueue
@@ -185,8 +186,9 @@ class _Cycle:
             ahead
             and victims is not None
             and self.preemption.may_search_later(self, self.preemption.no_victims, job)
+            and not (self._reaches_search(job) and finds_none(self, self.preemption, job))
         ):
-            return None
+            return None  # (a search that finds no candidates is made when it is told: `tell`)
         for admit in profile.admits:
             why = admit.admit(job, queue, state)
             if why is not None:
@@ -203,8 +205,12 @@ class _Cycle:
         req = self.request(job)
         if req.gpus_per_replica == 0 or req.per_node:
             return None  # placed by scanning nodes: no count bounds its backfill
-        if victims is not None and self.preemption.may_search_later(self, self.preemption.no_victims, job):
-            return None
+        if (
+            not ahead
+            and victims is not None
+            and self.preemption.may_search_later(self, self.preemption.no_victims, job)
+        ):
+            return None  # (asked `ahead`, answered above)
         if (
             profile.backfill
             and spec.queue not in self.reserved_queues
@@ -241,10 +247,19 @@ class _Cycle:
             cached = self._blocked(job, shape)
             if cached is None:
                 self.blocked[shape] = why
+                if self.profile.victims is not None:  # the search `consider` makes: it finds none
+                    found = self.preemption.preempt(self, job, self.request(job))
+                    assert found is None
             else:
                 why = cached
         self.reasons[spec.id] = why
         self.verdicts[job.verdict_key] = (version, why)
+
+    def _reaches_search(self, job: PendingJob) -> bool:
+        """Whether a look at the job, if it cannot start, would search victims for it (its
+        (shape, time limit) not blocked yet: `consider` would answer that first)."""
+        spec = job.spec
+        return self._blocked(job, (job.shape, spec.queue, spec.priority, spec.time_limit)) is None
 
     def _part(self, job: PendingJob) -> int | None:
         """What a protection sentence reads of `job` beyond its family (None: nothing more)."""
