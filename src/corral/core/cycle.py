@@ -87,6 +87,7 @@ class _Cycle:
         self.verdicts: dict[int, tuple[int, Reason]] = {}  # keyed by `PendingJob.verdict_key`
         self.started: dict[QueueName, list[JobId]] = {}
         self.preemption = Preemption()
+        self.searching: PendingJob | None = None  # see `family_verdict` (asked `ahead`) and `tell`
         self.why = CapacityReasons(state, now, self.reservations)  # capacity sentences
 
     def run(self) -> None:
@@ -182,13 +183,12 @@ class _Cycle:
         victims = profile.victims
         if victims is not None and not victims.groups_by_family and not hasattr(victims, "family_part"):
             return None  # a plugin that cannot say what else it reads: look at every job
-        if (
-            ahead
-            and victims is not None
-            and self.preemption.may_search_later(self, self.preemption.no_victims, job)
-            and not (self._reaches_search(job) and finds_none(self, self.preemption, job))
-        ):
-            return None  # (a search that finds no candidates is made when it is told: `tell`)
+        if ahead and victims is not None:
+            self.searching = None
+            if self.preemption.may_search_later(self, self.preemption.no_victims, job):
+                if not (self._reaches_search(job) and finds_none(self, self.preemption, job)):
+                    return None
+                self.searching = job  # its search finds no candidates: made when it is told (`tell`)
         for admit in profile.admits:
             why = admit.admit(job, queue, state)
             if why is not None:
@@ -247,7 +247,8 @@ class _Cycle:
             cached = self._blocked(job, shape)
             if cached is None:
                 self.blocked[shape] = why
-                if self.profile.victims is not None:  # the search `consider` makes: it finds none
+                if self.searching is job:  # the search `consider` makes: it finds no candidates
+                    self.searching = None
                     found = self.preemption.preempt(self, job, self.request(job))
                     assert found is None
             else:
