@@ -24,7 +24,6 @@ from corral.core.model import JobId, Placement, QueueName
 from corral.core.placement import NodeMask, Request, place, sure_miss, to_placement
 from corral.core.plugins import Profile
 from corral.core.preemption import Preemption
-from corral.core.no_search import finds_none
 from corral.core.rejections import reject_never_fitting
 from corral.core.request import request_for
 from corral.core.same_queue import SameQueue
@@ -87,7 +86,6 @@ class _Cycle:
         self.verdicts: dict[int, tuple[int, Reason]] = {}  # keyed by `PendingJob.verdict_key`
         self.started: dict[QueueName, list[JobId]] = {}
         self.preemption = Preemption()
-        self.searching: PendingJob | None = None  # see `family_verdict` (asked `ahead`) and `tell`
         self.why = CapacityReasons(state, now, self.reservations)  # capacity sentences
 
     def run(self) -> None:
@@ -183,12 +181,12 @@ class _Cycle:
         victims = profile.victims
         if victims is not None and not victims.groups_by_family and not hasattr(victims, "family_part"):
             return None  # a plugin that cannot say what else it reads: look at every job
-        if ahead and victims is not None:
-            self.searching = None
-            if self.preemption.may_search_later(self, self.preemption.no_victims, job):
-                if not (self._reaches_search(job) and finds_none(self, self.preemption, job)):
-                    return None
-                self.searching = job  # its search finds no candidates: made when it is told (`tell`)
+        if (
+            ahead
+            and victims is not None
+            and self.preemption.may_search_later(self, self.preemption.no_victims, job)
+        ):
+            return None
         for admit in profile.admits:
             why = admit.admit(job, queue, state)
             if why is not None:
@@ -205,12 +203,8 @@ class _Cycle:
         req = self.request(job)
         if req.gpus_per_replica == 0 or req.per_node:
             return None  # placed by scanning nodes: no count bounds its backfill
-        if (
-            not ahead
-            and victims is not None
-            and self.preemption.may_search_later(self, self.preemption.no_victims, job)
-        ):
-            return None  # (asked `ahead`, answered above)
+        if victims is not None and self.preemption.may_search_later(self, self.preemption.no_victims, job):
+            return None
         if (
             profile.backfill
             and spec.queue not in self.reserved_queues
@@ -247,20 +241,10 @@ class _Cycle:
             cached = self._blocked(job, shape)
             if cached is None:
                 self.blocked[shape] = why
-                if self.searching is job:  # the search `consider` makes: it finds no candidates
-                    self.searching = None
-                    found = self.preemption.preempt(self, job, self.request(job))
-                    assert found is None
             else:
                 why = cached
         self.reasons[spec.id] = why
         self.verdicts[job.verdict_key] = (version, why)
-
-    def _reaches_search(self, job: PendingJob) -> bool:
-        """Whether a look at the job, if it cannot start, would search victims for it (its
-        (shape, time limit) not blocked yet: `consider` would answer that first)."""
-        spec = job.spec
-        return self._blocked(job, (job.shape, spec.queue, spec.priority, spec.time_limit)) is None
 
     def _part(self, job: PendingJob) -> int | None:
         """What a protection sentence reads of `job` beyond its family (None: nothing more)."""
