@@ -341,17 +341,20 @@ class Preemption:
     def _until(self, host: Host, job: PendingJob, plugin: Victims) -> float | None:
         """When the first protection of the groups the plugin allows the job ends (remembered per
         preemptor key while no queue's counted GPUs change: `group_eligible` reads no more)."""
-        assert self.protection is not None
+        protection = self.protection
+        assert protection is not None
         state, now = host.state, host.now
         pkey = plugin.preemptor_key(job, now) if REMEMBER else None
         if pkey is not None:
             found = self.until.get(pkey)
             if found is not None and found[0] == state.use_version:
                 return found[1]
-        until = min(
-            (t for (q, p), t in self.protection.items() if plugin.group_eligible(job, q, p, state, now)),
-            default=None,
-        )
+        until: float | None = None
+        for (q, p), t in protection.items():  # the earliest end of an eligible group (a loop:
+            # no generator per question in the compiled core; a group ending no earlier than the
+            # earliest found so far is not asked, `group_eligible` only answers)
+            if (until is None or t < until) and plugin.group_eligible(job, q, p, state, now):
+                until = t
         # a plugin whose `group_eligible` reads only today's candidates (`tiresias`' levels) says
         # itself when one inside its minimum run time would become a victim
         later = plugin.protection_end(job, state, now)
@@ -380,7 +383,10 @@ def _known_none(none_up_to: dict[QueueName, dict[int, int]], job: PendingJob) ->
     if known is None:
         return False
     priority, gpus = job.spec.priority, job.spec.gpus
-    return any(priority <= p and gpus >= g for p, g in known.items())
+    for p, g in known.items():  # (a loop, not `any` over a generator: none built per question)
+        if priority <= p and gpus >= g:
+            return True
+    return False
 
 
 def _none_up_to(none_up_to: dict[QueueName, dict[int, int]], job: PendingJob) -> None:
