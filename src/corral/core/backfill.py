@@ -21,6 +21,7 @@ from corral.core.plugins import Profile
 from corral.core.state import ClusterState
 
 SKIP_VAIN_BACKFILL = True  # False: every backfill attempt is made (tests compare: `attempt`)
+REMEMBER_ENDS = True  # False: `backfill_end` computed anew at every question (tests compare)
 TOUCHED_ONLY = True  # False: `backfill_end` checks every node lifted so far at each start (tests compare)
 
 
@@ -107,7 +108,8 @@ def backfill_end(cycle: Booking) -> float | None:
                     break
             if found is not None:
                 break
-    cycle.ends = Ends(version, gen, deferred, state.base_id, found)
+    if REMEMBER_ENDS:  # (else never kept: `_Cycle.backfill_end` finds none either)
+        cycle.ends = Ends(version, gen, deferred, state.base_id, found)
     return found
 
 

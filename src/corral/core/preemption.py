@@ -28,6 +28,7 @@ from corral.core.victim_nodes import NodesMemo
 REMEMBER = True  # False: every search, ranking and protection end computed anew (tests compare)
 SAME_SENTENCES = True  # False: every protection sentence formatted anew (tests compare)
 NONE_BY_KEY = True  # False: no search answered from another family's (tests compare)
+EARLIER_ONLY = True  # False: `_until` asks every protected group whether it is eligible (tests compare)
 
 
 class Host(Protocol):
@@ -353,7 +354,9 @@ class Preemption:
         for (q, p), t in protection.items():  # the earliest end of an eligible group (a loop:
             # no generator per question in the compiled core; a group ending no earlier than the
             # earliest found so far is not asked, `group_eligible` only answers)
-            if (until is None or t < until) and plugin.group_eligible(job, q, p, state, now):
+            if until is not None and t >= until and EARLIER_ONLY:
+                continue
+            if plugin.group_eligible(job, q, p, state, now) and (until is None or t < until):
                 until = t
         # a plugin whose `group_eligible` reads only today's candidates (`tiresias`' levels) says
         # itself when one inside its minimum run time would become a victim
