@@ -41,9 +41,8 @@ class Ends:
 
     def holds(self, version: int, gen: int, deferred: bool, base_id: int) -> bool:
         """Whether `end` is still the answer (nothing it read changed)."""
-        return (
-            self.version == version and self.gen == gen and self.deferred == deferred and self.base_id == base_id
-        )
+        same = self.version == version and self.gen == gen
+        return same and self.deferred == deferred and self.base_id == base_id
 
 
 class Booking(Protocol):

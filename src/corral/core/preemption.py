@@ -386,10 +386,7 @@ def _known_none(none_up_to: dict[QueueName, dict[int, int]], job: PendingJob) ->
     if known is None:
         return False
     priority, gpus = job.spec.priority, job.spec.gpus
-    for p, g in known.items():  # (a loop, not `any` over a generator: none built per question)
-        if priority <= p and gpus >= g:
-            return True
-    return False
+    return any(priority <= p and gpus >= g for p, g in known.items())
 
 
 def _none_up_to(none_up_to: dict[QueueName, dict[int, int]], job: PendingJob) -> None:
