@@ -6,8 +6,9 @@ minimum run time, for one `Occupancy` at one `now` while `Occupancy.changes` hol
 (`tiresias_memo`). Random histories run with that memory and without it
 (`tiresias_memo.REMEMBER`): busy clusters where queues borrow, jobs of few shapes cross levels,
 running jobs checkpoint and end between cycles, and cycles often come again at the same instant
-(what changed between them must be seen), or later with nothing changed. Two clusters share one profile, cycle by cycle, so a
-memory of one is never read for the other. Every decision and reason must match.
+(what changed between them must be seen), or later with nothing changed. Two clusters share one
+profile, cycle by cycle, so a memory of one is never read for the other. Every decision and
+reason must match; so must the answers themselves across instants with nothing changed.
 """
 
 from __future__ import annotations
