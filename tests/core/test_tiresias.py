@@ -215,9 +215,10 @@ def test_only_fresh_candidates_are_read_for_level_preemption() -> None:
 
 def test_victim_selection_reads_only_the_narrowed_attempts_of_the_own_group() -> None:
     """`narrow`: of its own queue and class, only the candidates in a worse level that checkpointed
-    within `max_lost`; other groups whole (None); `default` has no such method."""
+    within `max_lost`; of another queue, while its patience lasts, only those that checkpointed
+    within `max_lost`; a lower class of its own queue whole (None); `default` has no such method."""
     profile = tiresias(thresholds=[1500.0])
-    state = state_of(nodes(1, 8), [])
+    state = state_of(nodes(2, 8), queues(("default", 8), ("other", 8)))
     occupy(state, "stale", "n00", range(4), priority="high", now=0.0)  # level 1, 1,000 s to lose
     occupy(state, "fresh", "n00", range(4, 6), priority="high", now=0.0)  # level 1, checkpointed
     occupy(state, "young", "n00", [6], priority="high", now=900.0)  # level 0
@@ -228,9 +229,11 @@ def test_victim_selection_reads_only_the_narrowed_attempts_of_the_own_group() ->
     plugin = profile.victims
     narrow = getattr(plugin, "narrow")  # noqa: B009
     assert [a.spec.id for a in narrow(preemptor, ("default", 1000), state, 1000.0)] == ["fresh"]
-    assert narrow(preemptor, ("default", 100), state, 1000.0) == []  # patience: only the fresh
+    assert narrow(preemptor, ("default", 100), state, 1000.0) is None  # a lower class: the whole group
+    occupy(state, "borrower", "n01", range(8), queue="other", now=0.0)  # 1,000 s to lose
+    assert narrow(preemptor, ("other", 100), state, 1000.0) == []  # patience: only the fresh
     whole = getattr(tiresias(patience=0.0).victims, "narrow")  # noqa: B009
-    assert whole(preemptor, ("default", 100), state, 1000.0) is None  # no patience: the whole group
+    assert whole(preemptor, ("other", 100), state, 1000.0) is None  # no patience: the whole group
     assert not hasattr(load_policy("default").victims, "narrow")
 
 
@@ -283,3 +286,20 @@ def test_preemptors_of_one_key_are_told_the_same_victims(seed: int) -> None:
     for p in pending:
         key = plugin.preemptor_key(p, now)
         assert by_key.setdefault(key, seen(p)) == seen(p), key
+
+
+def test_a_higher_class_preempts_a_lower_class_of_its_own_queue_during_its_patience() -> None:
+    """`patience` bounds reclaim from other queues only: a job of a higher class takes the GPUs of
+    a lower class of its own queue at once, as `default` does, even a victim without a recent
+    checkpoint (the candidates of its own queue's lower classes are not narrowed to fresh ones)."""
+
+    def lower_class_running() -> ClusterState:
+        state = one_node(1)
+        occupy(state, "low", "n00", [0], priority="low", now=0.0)  # no checkpoint since t=0
+        submit(state, "high", priority="high", submit=1000.0)
+        return state
+
+    assert [(p.job, p.by) for p in run(lower_class_running(), 1000.0, "default").preemptions] == [("low", "high")]
+    for profile in (tiresias(), tiresias(patience=3600.0), tiresias(estimate_weight=0.0)):
+        taken = run(lower_class_running(), 1000.0, profile).preemptions
+        assert [(p.job, p.by) for p in taken] == [("low", "high")]

@@ -206,10 +206,11 @@ class Tiresias:
         """The candidates it may take of a group (`core/narrow.py`): of its own queue and class,
         those in a worse level that checkpointed (or started) within `max_lost`, read from the
         newest checkpoints back; of another queue, while its `patience` lasts, those that
-        checkpointed within `max_lost`; otherwise the whole group (None)."""
+        checkpointed within `max_lost`; otherwise (a lower class of its own queue, or patience
+        over) the whole group (None), as `eligible` allows."""
         mine = preemptor.spec
         if group != (mine.queue, mine.priority):
-            if self._patience_over(preemptor, now):
+            if group[0] == mine.queue or self._patience_over(preemptor, now):
                 return None
             return self._fresh_all(group, state, now, 0.0)
         thresholds = self.args.thresholds
