@@ -237,13 +237,9 @@ def test_victim_selection_reads_only_the_narrowed_attempts_of_the_own_group() ->
     assert not hasattr(load_policy("default").victims, "narrow")
 
 
-@settings(max_examples=200, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1))
-def test_preemptors_of_one_key_are_told_the_same_victims(seed: int) -> None:
-    """`preemptor_key` holds all that the victims plugin reads of a preemptor at `now` (a cycle's
-    memory of victim searches is keyed by it): two preemptors with equal keys get the same
-    `group_eligible`, `narrow`, `eligible` and `rank` answers, on random clusters where queues
-    borrow, candidates checkpoint, preemptors differ by level and by whether `patience` is over."""
+def random_cluster(seed: int) -> tuple[ClusterState, list[PendingJob], Any, float]:
+    """Two queues that borrow, two classes, candidates that checkpointed or not, preemptors of
+    several levels, some of whose `patience` is over."""
     rng = random.Random(seed)
     qa, qb = queues(("a", 4), ("b", 4))
     state = state_of(nodes(2, 8), [qa, qb])
@@ -270,6 +266,17 @@ def test_preemptors_of_one_key_are_told_the_same_victims(seed: int) -> None:
     plugin: Any = tiresias(thresholds=[1500.0, 15_000.0], patience=1000.0).victims
     now = 2000.0
     state.occupancy.settle(now)
+    return state, pending, plugin, now
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_preemptors_of_one_key_are_told_the_same_victims(seed: int) -> None:
+    """`preemptor_key` holds all that the victims plugin reads of a preemptor at `now` (a cycle's
+    memory of victim searches is keyed by it): two preemptors with equal keys get the same
+    `group_eligible`, `narrow`, `eligible` and `rank` answers, on random clusters where queues
+    borrow, candidates checkpoint, preemptors differ by level and by whether `patience` is over."""
+    state, pending, plugin, now = random_cluster(seed)
     groups = sorted(state.occupancy.members)
     attempts = list(state.running.values())
 
@@ -299,7 +306,25 @@ def test_a_higher_class_preempts_a_lower_class_of_its_own_queue_during_its_patie
         submit(state, "high", priority="high", submit=1000.0)
         return state
 
-    assert [(p.job, p.by) for p in run(lower_class_running(), 1000.0, "default").preemptions] == [("low", "high")]
+    assert [(p.job, p.by) for p in run(lower_class_running(), 1000.0, "default").preemptions] == [
+        ("low", "high")
+    ]
     for profile in (tiresias(), tiresias(patience=3600.0), tiresias(estimate_weight=0.0)):
         taken = run(lower_class_running(), 1000.0, profile).preemptions
         assert [(p.job, p.by) for p in taken] == [("low", "high")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_narrow_never_drops_a_victim_that_eligible_allows(seed: int) -> None:
+    """`narrow` only spares the victim search reading candidates `eligible` would refuse: every
+    candidate of a group that `eligible` allows is among the narrowed ones (it failed for a lower
+    class of the preemptor's own queue, narrowed to the fresh ones during its patience)."""
+    state, pending, plugin, now = random_cluster(seed)
+    for p in pending:
+        for group, members in state.occupancy.members.items():
+            narrowed = plugin.narrow(p, group, state, now)
+            if narrowed is None:
+                continue
+            allowed = {i for i, a in members.items() if plugin.eligible(p, a, state, now)}
+            assert allowed <= {a.spec.id for a in narrowed}, (p.spec.id, group)
