@@ -11,6 +11,11 @@ but derived from the remembered ones (`_less`, switch `DERIVE_NODES`): the list 
 the remembered one less some attempts (in the same order), and only the nodes of those attempts
 lose their entries. An entry keeps its rank in the remembered list: ranks only order the entries
 (`preempt._full_scan`'s costs compare them), and dropping attempts keeps their order.
+
+Where they would be built, a search first checks that the candidates' GPUs and the free ones
+together hold the job's replicas at all (`_too_few`, switch `FEW_FIRST`): the gangs of the
+overload trace that no set of victims frees (two searches in three that find candidates but no
+set) are answered without the nodes.
 """
 
 from __future__ import annotations
@@ -20,22 +25,40 @@ from corral.core.state import ClusterState
 
 REMEMBER_NODES = True  # False: built for every search (tests compare)
 DERIVE_NODES = True  # False: a ranking less some attempts is built anew too (tests compare)
+FEW_FIRST = True  # False: built even where the candidates' GPUs cannot hold the job (tests compare)
 
 OnNode = dict[int, list[tuple[int, RunningAttempt, int]]]  # node -> (rank, attempt, its GPUs there)
 Held = dict[int, int]  # node -> the GPUs its candidates hold there, together
 Usable = dict[int, bool]  # node -> of an allowed class and schedulable, as read by the build
 # node classes -> (ranked candidates, use version, base id, their nodes, what they hold, the nodes
-# read): one cycle's
-NodesMemo = dict[tuple[int, ...], tuple[list[RunningAttempt], int, int, OnNode, Held, Usable]]
+# read)
+Built = dict[tuple[int, ...], tuple[list[RunningAttempt], int, int, OnNode, Held, Usable]]
+
+
+class NodesMemo:
+    """One cycle's memory of `on_nodes`: what it built, and the last ranked list whose GPUs
+    `_too_few` added up (the list, kept alive so that no other takes its place, and its GPUs)."""
+
+    __slots__ = ("built", "counted")
+
+    def __init__(self) -> None:
+        self.built: Built = {}
+        self.counted: tuple[list[RunningAttempt] | None, int] = (None, 0)
 
 
 def on_nodes(
-    state: ClusterState, candidates: list[RunningAttempt], classes: tuple[int, ...], memo: NodesMemo | None
-) -> tuple[OnNode, Held]:
+    state: ClusterState,
+    candidates: list[RunningAttempt],
+    classes: tuple[int, ...],
+    memo: NodesMemo | None,
+    replicas: int = 0,
+    per_replica: int = 1,
+) -> tuple[OnNode, Held] | None:
     """Per usable node of `classes`, its candidates in the order of `candidates` (each with a rank
     that orders them as `candidates` does), and the GPUs they hold there together (neither changed
-    by callers)."""
-    found = memo.get(classes) if memo is not None and REMEMBER_NODES else None
+    by callers). None (only with `replicas`: the replicas of `per_replica` GPUs of a job that is not
+    launched per node) instead of building them where no node set can hold the replicas."""
+    found = memo.built.get(classes) if memo is not None and REMEMBER_NODES else None
     if found is not None:
         if found[0] is candidates and found[1] == state.use_version and found[2] == state.base_id:
             return found[3], found[4]
@@ -43,11 +66,13 @@ def on_nodes(
             derived = _less(state, candidates, classes, found[0], found[3], found[4], found[5])
             if derived is not None:
                 assert memo is not None
-                memo[classes] = (candidates, state.use_version, state.base_id, *derived)
+                memo.built[classes] = (candidates, state.use_version, state.base_id, *derived)
                 return derived[0], derived[1]
+    if replicas and FEW_FIRST and _too_few(state, candidates, replicas, per_replica, memo):
+        return None
     on_node, held, usable = _build(state, candidates, classes)
     if memo is not None and REMEMBER_NODES:
-        memo[classes] = (candidates, state.use_version, state.base_id, on_node, held, usable)
+        memo.built[classes] = (candidates, state.use_version, state.base_id, on_node, held, usable)
     return on_node, held
 
 
@@ -122,3 +147,25 @@ def _less(
             del on_node[node]
             del held[node]
     return on_node, held, usable
+
+
+def _too_few(
+    state: ClusterState,
+    candidates: list[RunningAttempt],
+    replicas: int,
+    per_replica: int,
+    memo: NodesMemo | None,
+) -> bool:
+    """Whether the free GPUs and the candidates' together hold fewer than `replicas` replicas of
+    `per_replica` GPUs: then `preempt._choose_nodes` finds no nodes (a node's potential is at most
+    its available GPUs plus what its candidates hold there; `sum(p // g) <= sum(p) // g`). A running
+    attempt holds one mask of `gpus_per_replica` GPUs per replica: `spec.gpus` in all."""
+    if memo is not None and REMEMBER_NODES and memo.counted[0] is candidates:
+        held = memo.counted[1]
+    else:
+        held = 0
+        for a in candidates:
+            held += a.spec.gpus
+        if memo is not None and REMEMBER_NODES:
+            memo.counted = (candidates, held)
+    return (sum(state.index.avail) + held) // per_replica < replicas
