@@ -70,7 +70,7 @@ class Preemption:
         self.protection: dict[Group, float] | None = None  # per group, when its first protection ends
         self.until: dict[Hashable, tuple[int, float | None]] = {}  # see `_until`
         self.ranked: Ranked = {}  # the cycle's rankings of candidates (`preempt.ranked_candidates`)
-        self.on_nodes: NodesMemo = {}  # where their candidates are (`victim_nodes.on_nodes`)
+        self.on_nodes = NodesMemo()  # where their candidates are (`victim_nodes.on_nodes`)
         # (preemptor key, family, nodes avoided) -> (the cycle's epoch, no candidates at all): a
         # search that found nothing, answered again while the epoch holds (no start, preemption,
         # nomination or reservation since: the search reads only the state and those)
