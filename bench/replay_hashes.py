@@ -94,6 +94,8 @@ CASES: dict[str, Case] = {
     # Tiresias inside a queue (issue 16, fifth pass; not on a main without the `tiresias` policy)
     "philly_quarter_tiresias": _philly_shared(0.25, "tiresias"),
     "overload128_tiresias_1000": _overload(128, 1000, "tiresias"),
+    # `sim_speed.py --only overload128 --policy tiresias` whole (tir11: its memory of fresh candidates)
+    "overload128_tiresias_5000": _overload(128, 5000, "tiresias"),
     # whole Philly and a fifth under `tiresias` (issue 16, ninth pass: with `--arg
     # tiresias.estimate_weight=4`, the estimator's cache against the long way)
     "philly_tiresias": _philly_shared(1.0, "tiresias"),

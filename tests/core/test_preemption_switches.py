@@ -15,42 +15,58 @@ run with the memory and without it: every decision and reason must match.
   when the victims' `min_runtime` protection ends, per reason object and end; the jobs of a
   family (and every family with the same capacity sentence) are told it without a new sentence.
   The histories differ when the memory forgets the end or the reason.
+- `EARLIER_ONLY`: `Preemption._until` asks a protected group whether the preemptor may take from
+  it only when its protection ends before the earliest eligible end found so far (asking the
+  others changes no minimum). The histories differ when a group ending earlier is passed over.
+- `backfill.REMEMBER_ENDS`: the cycle answers `backfill.backfill_end` from its memory (`Ends`,
+  compared field by field in `_Cycle.backfill_end`) while its epoch and the base id hold. The
+  histories differ when the memory outlives a reservation, a start or a node's change.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corral.core import preemption
+from corral.core import backfill, preemption
 from tests.core.test_preemption_memo import both, busy
 from tests.core.test_repeats import play
 from tests.core.test_victim_nodes import mixed
 
-SWITCHES = pytest.mark.parametrize("name", ["NONE_BY_KEY", "SAME_SENTENCES"])
+SWITCHES = pytest.mark.parametrize(
+    "module,name",
+    [
+        (preemption, "NONE_BY_KEY"),
+        (preemption, "SAME_SENTENCES"),
+        (preemption, "EARLIER_ONLY"),
+        (backfill, "REMEMBER_ENDS"),
+    ],
+)
 POLICIES = st.sampled_from(["las", "default", "tiresias"])
 
 
 @SWITCHES
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), policy=POLICIES, limits=st.sampled_from([0, 3, 40]))
-def test_backlogs_decide_alike(name: str, seed: int, policy: str, limits: int) -> None:
-    remembered, long_way = both(play, seed, policy, limits, switch=(preemption, name))
+def test_backlogs_decide_alike(module: Any, name: str, seed: int, policy: str, limits: int) -> None:
+    remembered, long_way = both(play, seed, policy, limits, switch=(module, name))
     assert remembered == long_way
 
 
 @SWITCHES
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), policy=POLICIES, walk=st.booleans())
-def test_busy_clusters_decide_alike(name: str, seed: int, policy: str, walk: bool) -> None:
-    remembered, long_way = both(busy, seed, policy, walk=walk, switch=(preemption, name))
+def test_busy_clusters_decide_alike(module: Any, name: str, seed: int, policy: str, walk: bool) -> None:
+    remembered, long_way = both(busy, seed, policy, walk=walk, switch=(module, name))
     assert remembered == long_way
 
 
 @SWITCHES
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), walk=st.booleans())
-def test_two_models_decide_alike(name: str, seed: int, walk: bool) -> None:
-    remembered, long_way = both(mixed, seed, "las", walk=walk, switch=(preemption, name))
+def test_two_models_decide_alike(module: Any, name: str, seed: int, walk: bool) -> None:
+    remembered, long_way = both(mixed, seed, "las", walk=walk, switch=(module, name))
     assert remembered == long_way

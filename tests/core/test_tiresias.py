@@ -215,9 +215,10 @@ def test_only_fresh_candidates_are_read_for_level_preemption() -> None:
 
 def test_victim_selection_reads_only_the_narrowed_attempts_of_the_own_group() -> None:
     """`narrow`: of its own queue and class, only the candidates in a worse level that checkpointed
-    within `max_lost`; other groups whole (None); `default` has no such method."""
+    within `max_lost`; of another queue, while its patience lasts, only those that checkpointed
+    within `max_lost`; a lower class of its own queue whole (None); `default` has no such method."""
     profile = tiresias(thresholds=[1500.0])
-    state = state_of(nodes(1, 8), [])
+    state = state_of(nodes(2, 8), queues(("default", 8), ("other", 8)))
     occupy(state, "stale", "n00", range(4), priority="high", now=0.0)  # level 1, 1,000 s to lose
     occupy(state, "fresh", "n00", range(4, 6), priority="high", now=0.0)  # level 1, checkpointed
     occupy(state, "young", "n00", [6], priority="high", now=900.0)  # level 0
@@ -228,19 +229,17 @@ def test_victim_selection_reads_only_the_narrowed_attempts_of_the_own_group() ->
     plugin = profile.victims
     narrow = getattr(plugin, "narrow")  # noqa: B009
     assert [a.spec.id for a in narrow(preemptor, ("default", 1000), state, 1000.0)] == ["fresh"]
-    assert narrow(preemptor, ("default", 100), state, 1000.0) == []  # patience: only the fresh
+    assert narrow(preemptor, ("default", 100), state, 1000.0) is None  # a lower class: the whole group
+    occupy(state, "borrower", "n01", range(8), queue="other", now=0.0)  # 1,000 s to lose
+    assert narrow(preemptor, ("other", 100), state, 1000.0) == []  # patience: only the fresh
     whole = getattr(tiresias(patience=0.0).victims, "narrow")  # noqa: B009
-    assert whole(preemptor, ("default", 100), state, 1000.0) is None  # no patience: the whole group
+    assert whole(preemptor, ("other", 100), state, 1000.0) is None  # no patience: the whole group
     assert not hasattr(load_policy("default").victims, "narrow")
 
 
-@settings(max_examples=200, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1))
-def test_preemptors_of_one_key_are_told_the_same_victims(seed: int) -> None:
-    """`preemptor_key` holds all that the victims plugin reads of a preemptor at `now` (a cycle's
-    memory of victim searches is keyed by it): two preemptors with equal keys get the same
-    `group_eligible`, `narrow`, `eligible` and `rank` answers, on random clusters where queues
-    borrow, candidates checkpoint, preemptors differ by level and by whether `patience` is over."""
+def random_cluster(seed: int) -> tuple[ClusterState, list[PendingJob], Any, float]:
+    """Two queues that borrow, two classes, candidates that checkpointed or not, preemptors of
+    several levels, some of whose `patience` is over."""
     rng = random.Random(seed)
     qa, qb = queues(("a", 4), ("b", 4))
     state = state_of(nodes(2, 8), [qa, qb])
@@ -267,6 +266,17 @@ def test_preemptors_of_one_key_are_told_the_same_victims(seed: int) -> None:
     plugin: Any = tiresias(thresholds=[1500.0, 15_000.0], patience=1000.0).victims
     now = 2000.0
     state.occupancy.settle(now)
+    return state, pending, plugin, now
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_preemptors_of_one_key_are_told_the_same_victims(seed: int) -> None:
+    """`preemptor_key` holds all that the victims plugin reads of a preemptor at `now` (a cycle's
+    memory of victim searches is keyed by it): two preemptors with equal keys get the same
+    `group_eligible`, `narrow`, `eligible` and `rank` answers, on random clusters where queues
+    borrow, candidates checkpoint, preemptors differ by level and by whether `patience` is over."""
+    state, pending, plugin, now = random_cluster(seed)
     groups = sorted(state.occupancy.members)
     attempts = list(state.running.values())
 
@@ -283,3 +293,38 @@ def test_preemptors_of_one_key_are_told_the_same_victims(seed: int) -> None:
     for p in pending:
         key = plugin.preemptor_key(p, now)
         assert by_key.setdefault(key, seen(p)) == seen(p), key
+
+
+def test_a_higher_class_preempts_a_lower_class_of_its_own_queue_during_its_patience() -> None:
+    """`patience` bounds reclaim from other queues only: a job of a higher class takes the GPUs of
+    a lower class of its own queue at once, as `default` does, even a victim without a recent
+    checkpoint (the candidates of its own queue's lower classes are not narrowed to fresh ones)."""
+
+    def lower_class_running() -> ClusterState:
+        state = one_node(1)
+        occupy(state, "low", "n00", [0], priority="low", now=0.0)  # no checkpoint since t=0
+        submit(state, "high", priority="high", submit=1000.0)
+        return state
+
+    assert [(p.job, p.by) for p in run(lower_class_running(), 1000.0, "default").preemptions] == [
+        ("low", "high")
+    ]
+    for profile in (tiresias(), tiresias(patience=3600.0), tiresias(estimate_weight=0.0)):
+        taken = run(lower_class_running(), 1000.0, profile).preemptions
+        assert [(p.job, p.by) for p in taken] == [("low", "high")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_narrow_never_drops_a_victim_that_eligible_allows(seed: int) -> None:
+    """`narrow` only spares the victim search reading candidates `eligible` would refuse: every
+    candidate of a group that `eligible` allows is among the narrowed ones (it failed for a lower
+    class of the preemptor's own queue, narrowed to the fresh ones during its patience)."""
+    state, pending, plugin, now = random_cluster(seed)
+    for p in pending:
+        for group, members in state.occupancy.members.items():
+            narrowed = plugin.narrow(p, group, state, now)
+            if narrowed is None:
+                continue
+            allowed = {i for i, a in members.items() if plugin.eligible(p, a, state, now)}
+            assert allowed <= {a.spec.id for a in narrowed}, (p.spec.id, group)

@@ -21,8 +21,28 @@ from corral.core.plugins import Profile
 from corral.core.state import ClusterState
 
 SKIP_VAIN_BACKFILL = True  # False: every backfill attempt is made (tests compare: `attempt`)
+REMEMBER_ENDS = True  # False: `backfill_end` computed anew at every question (tests compare)
 TOUCHED_ONLY = True  # False: `backfill_end` checks every node lifted so far at each start (tests compare)
-Ends = tuple[tuple[int, int, bool, int], float | None]  # (epoch and base id, `backfill_end`)
+
+
+class Ends:
+    """`backfill_end`'s answer and the epoch and base id it was computed at, compared field by
+    field (natively, in the compiled core: no tuple built per question; the walk asks it tens of
+    times per cycle). (A class written out: the compiled core builds it natively.)"""
+
+    __slots__ = ("base_id", "deferred", "end", "gen", "version")
+
+    def __init__(self, version: int, gen: int, deferred: bool, base_id: int, end: float | None) -> None:
+        self.version = version  # the queues' use version
+        self.gen = gen  # the cycle's reservations made or moved
+        self.deferred = deferred  # preemption deferred
+        self.base_id = base_id  # `ClusterState.base_id`: no node changed either
+        self.end = end
+
+    def holds(self, version: int, gen: int, deferred: bool, base_id: int) -> bool:
+        """Whether `end` is still the answer (nothing it read changed)."""
+        same = self.version == version and self.gen == gen
+        return same and self.deferred == deferred and self.base_id == base_id
 
 
 class Booking(Protocol):
@@ -40,6 +60,8 @@ class Booking(Protocol):
 
     def epoch(self) -> tuple[int, int, bool]: ...
 
+    def backfill_end(self) -> float | None: ...
+
     def start_job(
         self, job: PendingJob, placed: list[NodeMask], backfilled: bool, allocated: bool = True
     ) -> None: ...
@@ -50,11 +72,11 @@ def backfill_end(cycle: Booking) -> float | None:
     later changes what some node offers (None: none does). A job that ends after S and whose
     placement misses is tried for backfill (`attempt`) in vain and without a trace: what it
     lifts changes nothing, so it misses again. Changes nothing itself."""
-    epoch = (*cycle.epoch(), cycle.state.base_id)  # (the base id: no node changed either)
-    ends = cycle.ends
-    if ends is not None and ends[0] == epoch:
-        return ends[1]
     state, found = cycle.state, None
+    version, gen, deferred = cycle.epoch()
+    ends = cycle.ends
+    if ends is not None and ends.holds(version, gen, deferred, state.base_id):
+        return ends.end
     free, reserved, avail = state.free_count, state.reserved, state.index.avail
     reservations = cycle.reservations
     by_start = reservations if len(reservations) < 2 else sorted(reservations, key=_start, reverse=True)
@@ -85,7 +107,8 @@ def backfill_end(cycle: Booking) -> float | None:
                     break
             if found is not None:
                 break
-    cycle.ends = (epoch, found)
+    if REMEMBER_ENDS:  # (else never kept: `_Cycle.backfill_end` finds none either)
+        cycle.ends = Ends(version, gen, deferred, state.base_id, found)
     return found
 
 
@@ -98,7 +121,7 @@ def attempt(cycle: Booking, job: PendingJob, req: Request) -> bool:
     state = cycle.state
     ends_by = cycle.now + (job.spec.time_limit or 0.0)
     if SKIP_VAIN_BACKFILL:
-        end = backfill_end(cycle)
+        end = cycle.backfill_end()  # (`backfill_end`, answered at once while it holds)
         if end is None or ends_by > end:
             return False  # what it would lift changes nothing: it would miss again, leaving no trace
     lifted = [r for r in cycle.reservations if r.start >= ends_by]

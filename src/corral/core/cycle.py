@@ -265,7 +265,13 @@ class _Cycle:
         return victims, victims.family_part
 
     def backfill_end(self) -> float | None:
-        return backfill.backfill_end(self)  # (`families.Judge`)
+        """`backfill.backfill_end` (`families.Judge`, `backfill.Booking`); its memory read here."""
+        ends, state = self.ends, self.state
+        if ends is not None and ends.holds(
+            state.use_version, self.reservation_gen, self.preemption.deferred, state.base_id
+        ):
+            return ends.end
+        return backfill.backfill_end(self)
 
     def request(self, job: PendingJob) -> Request:
         req = job.request

@@ -39,6 +39,7 @@ class Occupancy:
         "_seq",
         "_stale",
         "_waiting",
+        "changes",
         "groups",
         "jobs",
         "members",
@@ -65,6 +66,9 @@ class Occupancy:
         self._fresh: dict[Group, list[tuple[float, JobId]]] | None = None
         # the candidates by when their attained service reaches a level (`served`: `las`)
         self.reaching = Reaching()
+        # bumped by every change of who is waiting, who is a candidate or when one checkpointed:
+        # an answer read from them holds while it is unchanged (`tiresias_memo`)
+        self.changes = 0
 
     def add_node(self) -> None:
         self.jobs.append({})
@@ -72,6 +76,7 @@ class Occupancy:
 
     def add(self, attempt: RunningAttempt, min_runtime: float) -> None:
         """A new attempt; a candidate once `min_runtime` seconds after its start have passed."""
+        self.changes += 1
         spec = attempt.job.spec
         job_id = spec.id
         for node, _ in attempt.placement:
@@ -108,6 +113,7 @@ class Occupancy:
 
     def stopping(self, attempt: RunningAttempt) -> None:
         """An attempt is being preempted (or is gone): it is no longer a candidate victim."""
+        self.changes += 1
         candidate = attempt.candidate
         attempt.candidate = _NONE
         if candidate == _COUNTED:
@@ -165,6 +171,7 @@ class Occupancy:
 
     def checkpointed(self, attempt: RunningAttempt, before: float) -> None:
         """The attempt's last checkpoint moved from `before` to `attempt.last_checkpoint`."""
+        self.changes += 1  # a waiting attempt's checkpoint matters too (`Tiresias.protection_end`)
         if attempt.candidate != _COUNTED:
             return  # not counted yet: counted from its newest checkpoint when it settles
         key = (attempt.spec.queue, attempt.spec.priority)
@@ -178,6 +185,7 @@ class Occupancy:
             self.groups[node][key][1] += mask.bit_count() * (new - old)
 
     def _count(self, attempt: RunningAttempt, sign: float) -> None:
+        self.changes += 1
         spec = attempt.spec
         key = (spec.queue, spec.priority)
         since = max(attempt.start, attempt.last_checkpoint)

@@ -259,8 +259,11 @@ def _full_scan(
     )
     if not candidates:
         return NO_CANDIDATES
-    on_node, held_on = on_nodes(state, candidates, req.classes, nodes_memo)
     g = max(1, req.gpus_per_replica)
+    where = on_nodes(state, candidates, req.classes, nodes_memo, 0 if req.per_node else req.replicas, g)
+    if where is None:
+        return None  # the candidates and the free GPUs together hold too few replicas
+    on_node, held_on = where
     avail = state.index.avail
     owed = reserved_short(state)
     potential = {n: avail[n] for n in state.index.nodes_by_avail(0, req.classes, g, True)}

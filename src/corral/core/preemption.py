@@ -28,6 +28,7 @@ from corral.core.victim_nodes import NodesMemo
 REMEMBER = True  # False: every search, ranking and protection end computed anew (tests compare)
 SAME_SENTENCES = True  # False: every protection sentence formatted anew (tests compare)
 NONE_BY_KEY = True  # False: no search answered from another family's (tests compare)
+EARLIER_ONLY = True  # False: `_until` asks every protected group whether it is eligible (tests compare)
 
 
 class Host(Protocol):
@@ -69,7 +70,7 @@ class Preemption:
         self.protection: dict[Group, float] | None = None  # per group, when its first protection ends
         self.until: dict[Hashable, tuple[int, float | None]] = {}  # see `_until`
         self.ranked: Ranked = {}  # the cycle's rankings of candidates (`preempt.ranked_candidates`)
-        self.on_nodes: NodesMemo = {}  # where their candidates are (`victim_nodes.on_nodes`)
+        self.on_nodes = NodesMemo()  # where their candidates are (`victim_nodes.on_nodes`)
         # (preemptor key, family, nodes avoided) -> (the cycle's epoch, no candidates at all): a
         # search that found nothing, answered again while the epoch holds (no start, preemption,
         # nomination or reservation since: the search reads only the state and those)
@@ -341,17 +342,22 @@ class Preemption:
     def _until(self, host: Host, job: PendingJob, plugin: Victims) -> float | None:
         """When the first protection of the groups the plugin allows the job ends (remembered per
         preemptor key while no queue's counted GPUs change: `group_eligible` reads no more)."""
-        assert self.protection is not None
+        protection = self.protection
+        assert protection is not None
         state, now = host.state, host.now
         pkey = plugin.preemptor_key(job, now) if REMEMBER else None
         if pkey is not None:
             found = self.until.get(pkey)
             if found is not None and found[0] == state.use_version:
                 return found[1]
-        until = min(
-            (t for (q, p), t in self.protection.items() if plugin.group_eligible(job, q, p, state, now)),
-            default=None,
-        )
+        until: float | None = None
+        for (q, p), t in protection.items():  # the earliest end of an eligible group (a loop:
+            # no generator per question in the compiled core; a group ending no earlier than the
+            # earliest found so far is not asked, `group_eligible` only answers)
+            if until is not None and t >= until and EARLIER_ONLY:
+                continue
+            if plugin.group_eligible(job, q, p, state, now) and (until is None or t < until):
+                until = t
         # a plugin whose `group_eligible` reads only today's candidates (`tiresias`' levels) says
         # itself when one inside its minimum run time would become a victim
         later = plugin.protection_end(job, state, now)

@@ -25,13 +25,15 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 
 from corral.core.jobs import PendingJob, RunningAttempt
 from corral.core.model import QueueName
 from corral.core.occupancy import WAITING
 from corral.core.state import ClusterState
+from corral.policies import tiresias_memo
+from corral.policies.tiresias_memo import FreshMemo
 from corral.policies.victims import (
     PriorityReclaimArgs,
     protected,
@@ -95,6 +97,8 @@ class Tiresias:
     """
 
     args: TiresiasArgs = TiresiasArgs()
+    # answers about a group's candidates while nothing they read changed (`tiresias_memo`)
+    memo: FreshMemo = field(default_factory=FreshMemo, compare=False, repr=False)
     bounds_by_group = True
     groups_by_family = False  # the preemptor's level is beyond its family: `family_part`
     ranks_by_attempt = False  # reclaim and the order read the queues' counts
@@ -202,17 +206,30 @@ class Tiresias:
         """The candidates it may take of a group (`core/narrow.py`): of its own queue and class,
         those in a worse level that checkpointed (or started) within `max_lost`, read from the
         newest checkpoints back; of another queue, while its `patience` lasts, those that
-        checkpointed within `max_lost`; otherwise the whole group (None)."""
+        checkpointed within `max_lost`; otherwise (a lower class of its own queue, or patience
+        over) the whole group (None), as `eligible` allows."""
         mine = preemptor.spec
         if group != (mine.queue, mine.priority):
-            if self._patience_over(preemptor, now):
+            if group[0] == mine.queue or self._patience_over(preemptor, now):
                 return None
-            return self._fresh(group, state, now, 0.0, True)
+            return self._fresh_all(group, state, now, 0.0)
         thresholds = self.args.thresholds
         level = self.job_level(preemptor)
         if level >= len(thresholds):
             return []
-        return self._fresh(group, state, now, thresholds[level], True)
+        return self._fresh_all(group, state, now, thresholds[level])
+
+    def _fresh_all(
+        self, group: tuple[QueueName, int], state: ClusterState, now: float, floor: float
+    ) -> list[RunningAttempt]:
+        """`_fresh` of every one, remembered (`tiresias_memo`)."""
+        if not tiresias_memo.REMEMBER:
+            return self._fresh(group, state, now, floor, True)
+        fresh = self.memo.current(state.occupancy, now).fresh
+        found = fresh.get((group, floor))
+        if found is None:
+            found = fresh[(group, floor)] = self._fresh(group, state, now, floor, True)
+        return list(found)
 
     def _patience_over(self, preemptor: PendingJob, now: float) -> bool:
         """Whether its patience is over (or there is none): reclaim may take any borrower. It
@@ -253,11 +270,21 @@ class Tiresias:
         `max_lost`: it has checkpointed in this attempt, or its start is recent enough. It reads
         of the preemptor only its queue and class, so that jobs of a family are told alike (a
         preemptor at level 1 or below may be woken for nothing). None: no such attempt."""
+        spec = preemptor.spec
+        group = (spec.queue, spec.priority)
+        if not tiresias_memo.REMEMBER:
+            return self._protection_end(group, state, now)
+        ends = self.memo.current(state.occupancy, now).ends
+        if group in ends:
+            return ends[group]
+        first = ends[group] = self._protection_end(group, state, now)
+        return first
+
+    def _protection_end(self, group: tuple[QueueName, int], state: ClusterState, now: float) -> float | None:
         floor = self.args.thresholds[0]
         max_lost = self.args.max_lost
-        spec = preemptor.spec
         first: float | None = None
-        for end, _, a in state.occupancy.inside((spec.queue, spec.priority)):
+        for end, _, a in state.occupancy.inside(group):
             if a.candidate != WAITING or end <= now or (first is not None and end >= first):
                 continue
             if a.last_checkpoint <= a.start and end - a.start > max_lost:
@@ -304,4 +331,11 @@ class Tiresias:
         mine = self.job_level(preemptor)
         if mine >= len(thresholds):
             return False  # nobody is below the last level
-        return bool(self._fresh(group, state, now, thresholds[mine], False))
+        floor = thresholds[mine]
+        if not tiresias_memo.REMEMBER:
+            return bool(self._fresh(group, state, now, floor, False))
+        worse = self.memo.current(state.occupancy, now).worse
+        found = worse.get((group, floor))
+        if found is None:
+            found = worse[(group, floor)] = bool(self._fresh(group, state, now, floor, False))
+        return found

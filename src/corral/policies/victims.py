@@ -250,7 +250,7 @@ class AttainedService:
         # the levels this preemptor may take from start at attained service `floor`
         floor = thresholds[mine]
         runtime_of = state.min_runtime_by_value
-        keyed = []
+        keyed: list[tuple[int, float, float, str, RunningAttempt]] = []
         for a in attempts:
             job = a.job
             spec = job.spec
@@ -267,9 +267,10 @@ class AttainedService:
             level = bisect_right(thresholds, served)
             # RunningAttempt.lost_work, inline
             lost = gpus * (max(0.0, now - max(start, a.last_checkpoint)) + spec.checkpoint_grace)
-            keyed.append(((-level, lost, -start, spec.id), a))
-        keyed.sort(key=_first)
-        return [a for _, a in keyed]
+            # `order_key` and the attempt in one tuple: ids are unique, so the attempt is never compared
+            keyed.append((-level, lost, -start, spec.id, a))
+        keyed.sort()
+        return [k[4] for k in keyed]
 
     def permit(
         self, preemptor: PendingJob, victims: Sequence[RunningAttempt], state: ClusterState, now: float

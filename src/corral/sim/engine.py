@@ -325,7 +325,8 @@ class Simulation:
     # ---- events -------------------------------------------------------------------------
     def _handle(self, kind: int, payload: object, now: float) -> bool:
         if kind == _END:
-            return self._end(*cast(_Ending, payload), now)
+            job_id, attempt_no, failure = cast(_Ending, payload)  # (no call through star-args)
+            return self._end(job_id, attempt_no, failure, now)
         if kind == _STOP:
             job_id, attempt, note = cast(_Ending, payload)
             return self._requeue(job_id, attempt, "preempt", note or "preempted", now)
@@ -336,8 +337,9 @@ class Simulation:
                 self.state.record_checkpoint(job_id, now)
                 self._next_checkpoint(self.jobs[job_id], now)
                 # a cycle only if a waiting job takes victims by how little they would lose
+                wakes = self._checkpoint_wakes
                 spec = running.spec
-                within = self._checkpoint_wakes.get((spec.queue, spec.priority))
+                within = wakes.get((spec.queue, spec.priority)) if wakes else None
                 if within is not None:
                     at = now + within / 2
                     if self._fresh_due is None or self._fresh_due[1] > at:
