@@ -1,8 +1,9 @@
-"""The contract of a victims plugin (`core/plugins.VictimFilter`), checked for every policy that
-preempts, on random clusters of three queues and three classes where queues borrow, attempts
-checkpoint or not, some are protected by their class's minimum run time, and preemptors differ by
-queue, class, size, attained service and age. Victim selection trusts these promises to skip
-work (groups it need not read, narrowed candidates, rankings and searches shared by preemptors of
+"""The contracts of the cycle's plugins (`core/plugins.py`): the victims plugin's
+(`VictimFilter`) and the admission plugins' (`Admit`), checked for every policy that preempts,
+on random clusters of three queues and three classes where queues borrow, attempts checkpoint
+or not, some are protected by their class's minimum run time, and preemptors differ by queue,
+class, size, attained service and age. Victim selection trusts these promises to skip work
+(groups it need not read, narrowed candidates, rankings and searches shared by preemptors of
 one key), so a plugin that breaks one makes the cycle miss victims it may take:
 
 - `group_eligible` is an upper bound of `eligible` for every attempt of the group;
@@ -10,7 +11,13 @@ one key), so a plugin that breaks one makes the cycle miss victims it may take:
 - `rank` is the eligible attempts in `order_key`'s order (where a plugin has `order_key`);
 - `service_floor`: every eligible victim has at least that much attained service;
 - preemptors with equal `preemptor_key`s get the same answers; where `groups_by_family`,
-  `group_eligible` reads only what a family shares, else also `family_part`.
+  `group_eligible` reads only what a family shares, else also `family_part`;
+- `fresh_groups` names every group where a checkpoint can turn an attempt into a victim (the
+  cycle is due after a checkpoint only there);
+- no admission plugin reads the time limit (a family's jobs are told one admission answer).
+Each check fails on a deliberate break of the plugins (e.g. `tiresias.narrow` keeping only fresh
+candidates of a lower class of its own queue, a bug this caught; `las`' inline `rank` skipping the
+minimum run time; a limit reading the time limit; `fresh_groups` without the reclaim groups).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.core.jobs import PendingJob
-from corral.core.model import JobId, NodeName
+from corral.core.model import JobId, NodeName, QueueName, QueueSpec
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
 from tests.helpers import job, nodes, queues, state_of
@@ -63,7 +70,7 @@ def start(
 
 def random_cluster(seed: int) -> tuple[ClusterState, list[PendingJob], float]:
     rng = random.Random(seed)
-    state = state_of(nodes(3, 8), queues(("a", 8), ("b", 8), ("c", 0)))
+    state = state_of(nodes(3, 8), queues(("a", 8), QueueSpec(QueueName("b"), quota=8, limit=12), ("c", 0)))
     for n in range(3):
         gpu = 0
         while gpu < 8:
@@ -177,3 +184,52 @@ def test_the_random_clusters_reach_every_promise() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__])
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), name=st.sampled_from(sorted(POLICIES)))
+def test_a_checkpoint_makes_victims_only_in_the_groups_fresh_groups_names(seed: int, name: str) -> None:
+    """`fresh_groups`: the cycle is due after a checkpoint only in the groups it names, so an
+    attempt that a checkpoint turns into a victim of a waiting job must be in one of them."""
+    base = "tiresias" if name.startswith("tiresias") else name
+    plugin: Any = load_policy(base, POLICIES[name]).victims
+    before, pending, now = random_cluster(seed)
+    after, pending_after, _ = random_cluster(seed)
+    for a in list(after.running.values()):
+        after.record_checkpoint(a.spec.id, now)
+    after.occupancy.settle(now)
+    for p, twin in zip(pending, pending_after, strict=True):
+        named = set(plugin.fresh_groups(p, before, now))
+        was = {a.spec.id for a in before.running.values() if plugin.eligible(p, a, before, now)}
+        for a in after.running.values():
+            if a.spec.id not in was and plugin.eligible(twin, a, after, now):
+                assert (a.spec.queue, a.spec.priority) in named, (name, p.spec.id, a.spec.id)
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), name=st.sampled_from(sorted(POLICIES)))
+def test_admission_reads_no_time_limit(seed: int, name: str) -> None:
+    """`Admit`: a cycle tells the jobs of a family (equal but for their time limits) one
+    admission answer, so no admission plugin may read the time limit."""
+    base = "tiresias" if name.startswith("tiresias") else name
+    profile = load_policy(base, POLICIES[name])
+    state, pending, _ = random_cluster(seed)
+    for p in pending:
+        spec = p.spec
+        twins = [
+            state.submit(
+                job(
+                    f"{spec.id}-{limit}",
+                    spec.queue,
+                    gpus=spec.gpus,
+                    priority=spec.priority_class,
+                    submit=spec.submit_time,
+                    time_limit=limit,
+                ),
+            )
+            for limit in (None, 60.0, 86_400.0)
+        ]
+        for admit in profile.admits:
+            queue = state.queues[spec.queue]
+            told = [admit.admit(j, queue, state) for j in [p, *twins]]
+            assert all(t == told[0] for t in told), (name, spec.id, told)
