@@ -144,7 +144,10 @@ def test_every_victims_plugin_keeps_its_contract(seed: int, name: str) -> None:
                     assert a.job.attained + a.spec.gpus * (now - a.start) >= floor
         key = plugin.preemptor_key(p, now)
         if key is not None:
-            seen = (sorted(eligible), group_ok, narrowed, ranked)
+            chosen = [a for a in attempts if a.spec.id in eligible]
+            sets = [chosen[:k] for k in range(1, len(chosen) + 1)] + [chosen[1::2]]
+            permits = [plugin.permit(p, victims, state, now) for victims in sets]
+            seen = (sorted(eligible), group_ok, narrowed, ranked, permits)
             assert answers.setdefault(key, seen) == seen, (name, key)
         spec = p.spec
         family: tuple[Any, ...] = (spec.queue, spec.priority, p.shape, spec.preemptible)
