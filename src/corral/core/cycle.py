@@ -193,12 +193,9 @@ class _Cycle:
                 if why.code in _OWN_BUDGET and victims is not None:
                     if self.preemption.may_search_later(self, self.preemption.no_budget_victims, job):
                         return None
-                    if self._part(job) is not None:
-                        return None  # an admission run's jobs are told one reason, whatever their key
                     found = self.preemption.unchanged_protected(self, job, why, SameQueue(victims))
-                    if found is None:
-                        return None
-                    why = found
+                    # (its protection sentence may read its part: told per part and verdict key)
+                    return None if found is None else Verdict(ADMISSION, found, part=self._part(job))
                 return Verdict(ADMISSION, why)
         req = self.request(job)
         if req.gpus_per_replica == 0 or req.per_node:

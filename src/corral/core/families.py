@@ -11,6 +11,7 @@ from typing import Protocol
 
 from corral.core.decisions import Reason, Reasons
 from corral.core.jobs import PartOf, PendingJob, QueueState
+from corral.core.model import JobId
 from corral.core.reasons import PerLimit
 from corral.core.state import ClusterState
 
@@ -33,7 +34,8 @@ class Verdict:
         self.reason = reason
         # CAPACITY only: `reason` names the end of the job looked at
         self.per_limit: PerLimit | None = per_limit
-        # CAPACITY only: told only to the jobs whose `Judge.family_part` is this (None: to all)
+        # told only to the jobs whose `Judge.family_part` is this (None: to all); ADMISSION: each
+        # verdict key repeats the first answer it was given at the version (`tell_per_key`)
         self.part: int | None = part
 
 
@@ -107,6 +109,39 @@ class Family:
         self.down: set[float] = set()  # time limits of its jobs found blocked in this cycle
         self.base = -1  # the id of (shape, queue, class) of its jobs (`Caches.base_ids`)
         self.preemptible = True  # ... and their preemptibility (both set by `Walk._twins`)
+
+
+def tell_per_key(
+    keys: list[Key],
+    lo: int,
+    hi: int,
+    reason: Reason,
+    version: int,
+    jobs: dict[JobId, PendingJob],
+    verdicts: Verdicts,
+    reasons: Reasons | None,
+) -> None:
+    """A run `keys[lo:hi]` of a family kept out by admission with a verdict of one part: each job
+    is told what `consider` would tell it, its verdict key's answer at the queues' use `version`
+    if it has one (a job of another part was told it first: `consider` repeats it), else `reason`,
+    which its key then records. `reasons` (None: no one reads them) lists them as runs of one
+    reason each."""
+    start, current = lo, reason
+    for i in range(lo, hi):
+        job = jobs[keys[i][-1]]  # type: ignore[index]
+        key = job.verdict_key
+        found = verdicts.get(key)
+        if found is None or found[0] != version:
+            verdicts[key] = (version, reason)
+            told = reason
+        else:
+            told = found[1]
+        if told is not current and reasons is not None:
+            if i > start:
+                reasons.add_run(keys[start:i], current)
+            start, current = i, told
+    if reasons is not None:
+        reasons.add_run(keys[start:hi], current)
 
 
 def blocked_key(job: PendingJob) -> tuple[object, ...]:

@@ -17,12 +17,13 @@ backfill window could hold (`Judge.family_verdict` says what, without side effec
 A capacity sentence that names when each job would end (held behind another job's reservation:
 `Why.BEHIND_RESERVATION`) is kept as a `PerLimit`: each passed job's own end is filled in when
 its reason is read. When its victims' `min_runtime` protection ends depends on the job beyond
-its family (`Victims.groups_by_family` false: las reads the attained service), a capacity
-verdict holds for the jobs of one part (`Victims.family_part`, `Verdict.part`): a job of another
-part stops the walk and, if looking changed nothing, gives the family its part's verdict. A
-family is looked at job by job instead while that time is earlier than the cycle's `next_wake`
-so far (looking would move it), and while kept out by admission with such victims (an admission
-run tells all its jobs one reason, and `consider` repeats a verdict key's first answer).
+its family (`Victims.groups_by_family` false: las reads the attained service, tiresias the
+level), a verdict holds for the jobs of one part (`Victims.family_part`, `Verdict.part`): a job
+of another part stops the walk and, if looking changed nothing, gives the family its part's
+verdict; as `consider` repeats a verdict key's first answer whatever its part, an admission run
+of one part tells each job its key's answer if it has one, else records the run's for its key
+(`families.tell_per_key`). A family is looked at job by job instead while that time is earlier
+than the cycle's `next_wake` so far (looking would move it).
 A family whose only verdict key repeats an answer (`consider` would repeat it) is passive too,
 found at a look (`_settle`) or at the first job passed as repeating it (`_repeats`: e.g. the look
 at its first job took a reservation, which changed the epoch). A job blocked by capacity is
@@ -40,7 +41,17 @@ import heapq
 from bisect import bisect_left, bisect_right
 
 from corral.core.decisions import Reason
-from corral.core.families import CAPACITY, REPEAT, Epoch, Family, Judge, Key, Verdict, blocked_key
+from corral.core.families import (
+    CAPACITY,
+    REPEAT,
+    Epoch,
+    Family,
+    Judge,
+    Key,
+    Verdict,
+    blocked_key,
+    tell_per_key,
+)
 from corral.core.first_told import FirstBlocked, FirstTold
 from corral.core.jobs import PendingJob, QueueState
 from corral.core.model import JobId
@@ -237,16 +248,13 @@ class Walk:
                 self.passive.append(fam)
                 if verdict.kind == CAPACITY:
                     self.told.capacity_seen = True
-        elif (
-            fam.verdict.kind == CAPACITY
-            and fam.verdict.part is not None
-            and self.judge.family_part(job) != fam.verdict.part
-        ):
+        elif fam.verdict.part is not None and self.judge.family_part(job) != fam.verdict.part:
             # a stop of another part: that part's jobs are told what it was, from here on (a
-            # capacity run's reasons are resolved per verdict key, `first_blocked`: a job is told
-            # what the first of its key was, whatever its part, as `consider` repeats it)
+            # job is told what the first of its verdict key was, whatever its part, as `consider`
+            # repeats it: a capacity run's reasons are resolved per key, `first_blocked`; an
+            # admission run's, told at once, `tell_per_key`)
             verdict = self.judge.family_verdict(job)
-            if verdict is None or verdict.kind != CAPACITY:
+            if verdict is None or verdict.kind != fam.verdict.kind:
                 self.passive.remove(fam)
                 verdict = None
             fam.verdict = verdict
@@ -280,6 +288,12 @@ class Walk:
             told = verdict.reason if verdict.per_limit is None else verdict.per_limit
             fam.runs.append((fam.keys[lo], fam.keys[hi - 1], told))
             fam.spans.append((lo, hi))
+        elif verdict.part is not None:  # admission, of one part: per verdict key (at its epoch)
+            assert self.epoch is not None
+            reasons = self.judge.reasons if self.state.runs_read else None
+            tell_per_key(
+                fam.keys, lo, hi, verdict.reason, self.epoch[0], self.jobs, self.judge.verdicts, reasons
+            )
         elif self.state.runs_read:
             self.judge.reasons.add_run(fam.keys[lo:hi], verdict.reason)
         self.passed += hi - lo
