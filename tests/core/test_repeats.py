@@ -24,6 +24,7 @@ from corral.core.decisions import CycleResult
 from corral.core.estimates import Estimator
 from corral.core.jobs import PendingJob
 from corral.core.model import JobId, JobSpec, NodeName, NodeSpec, QueueName, QueueSpec
+from corral.core.plugins import Profile
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
 from tests.helpers import check_no_double_allocation
@@ -203,7 +204,9 @@ def behind_backlog(now: float) -> tuple[ClusterState, list[JobId]]:
     return state, small
 
 
-def looks_and_outcome(build: Any, policy: str, walk: bool) -> tuple[tuple[Any, ...], int, list[JobId]]:
+def looks_and_outcome(
+    build: Any, policy: str | Profile, walk: bool
+) -> tuple[tuple[Any, ...], int, list[JobId]]:
     """Run one cycle on the state `build()` gives (at 60 s), walking or looking at every job;
     its summary and how many jobs it looked at."""
     looks: list[JobId] = []
@@ -219,7 +222,7 @@ def looks_and_outcome(build: Any, policy: str, walk: bool) -> tuple[tuple[Any, .
             patch.setattr(repeats, "MANY_SHAPES", -1)
         state, jobs = build()
         looks.clear()
-        result = schedule(state, load_policy(policy), 60.0)
+        result = schedule(state, load_policy(policy) if isinstance(policy, str) else policy, 60.0)
     return summary(result), len(looks), jobs
 
 
@@ -261,6 +264,47 @@ def test_las_passes_the_jobs_of_one_attained_service_part_together() -> None:
     reasons = {job: message for job, code, message in walked[5]}
     protected = {job for job in waiting if "protected by min_runtime" in reasons[job]}
     assert protected == {job for i, job in enumerate(waiting) if i % 2}  # below the top level only
+
+
+def over_budget_backlog() -> tuple[ClusterState, list[JobId]]:
+    """Four nodes; queue q, limited to 16 GPUs, runs two 8-GPU jobs of a worse level, one just
+    checkpointed (a level-0 job could take it), one inside its `min_runtime`; 40 one-GPU jobs of
+    one family wait, kept out by the limit: level 0, then level 1 (every other one with the time
+    limit of a level-0 job: its verdict key), each time limit its job's own otherwise."""
+    nodes = [NodeSpec(NodeName(f"n{i}"), 8, "H100-80GB", labels={"leaf": "l0"}) for i in range(4)]
+    state = ClusterState.build(("leaf",), nodes, [QueueSpec(QueueName("q"), limit=16)])
+    for i, at in enumerate((-600.0, 0.0)):
+        spec = JobSpec(JobId(f"run{i}"), QueueName("q"), gpus_per_replica=8, seq=i, submit_time=at)
+        state.submit(spec, attained=1e6)
+        state.jobs[spec.id].not_before = at
+        schedule(state, load_policy("tiresias"), at)
+    state.record_checkpoint(JobId("run0"), 0.0)
+    state.occupancy.settle(60.0)  # run0 is a candidate at 60 (a victim search settles it; none runs)
+    waiting = [JobId(f"w{i}") for i in range(40)]
+    for i, job in enumerate(waiting):
+        top = i >= 20
+        limit = 3600.0 + 60 * (i - 20 if top and i % 2 == 0 else i)
+        spec = JobSpec(job, QueueName("q"), gpus_per_replica=1, time_limit=limit, seq=10 + i)
+        state.submit(spec, attained=1e5 if top else 0.0)
+    return state, waiting
+
+
+def test_tiresias_passes_the_jobs_of_one_level_kept_out_by_their_queues_limit_together() -> None:
+    """Kept out by their queue's limit with no victim search left to run (none allowed), level-0
+    jobs are told when a victim leaves its `min_runtime` (their group has a candidate of a worse
+    level), level-1 jobs not: the walk looks at one job per level, not each, and a level-1 job
+    whose time limit a level-0 job had is told that job's answer (`consider` repeats a verdict
+    key's first answer, and looks at no other job of it)."""
+    profile = replace(load_policy("tiresias", {"tiresias": {"max_lost": 300.0}}), max_preemption_tries=0)
+    walked, walked_looks, waiting = looks_and_outcome(over_budget_backlog, profile, True)
+    looked, looked_looks, _ = looks_and_outcome(over_budget_backlog, profile, False)
+    assert walked == looked
+    assert looked_looks == 30 and walked_looks <= 4, walked_looks
+    reasons = {job: message for job, code, message in walked[5]}
+    protected = {job for job in waiting if "protected by min_runtime" in reasons[job]}
+    # level 0, and the level-1 jobs that repeat a level-0 job's answer
+    assert protected == {job for i, job in enumerate(waiting) if i < 20 or i % 2 == 0}
+    assert {code for job, code, _ in walked[5] if job in waiting} == {"limit"}
 
 
 def gangs_behind_their_head() -> tuple[ClusterState, list[JobId]]:
