@@ -64,9 +64,10 @@ def _check(read: list[tuple[Any, ...]], unread: list[tuple[Any, ...]]) -> int:
     seed=st.integers(0, 2**32 - 1),
     policy=st.sampled_from(["default", "las", "tiresias"]),
     limits=st.sampled_from([0, 4, 12]),
+    budget=st.booleans(),  # (kept out by their queue's budget: admission runs told per part and key)
 )
-def test_unread_runs_decide_as_listed_ones(seed: int, policy: str, limits: int) -> None:
-    _check(*_both(test_repeats.play, test_repeats, seed, policy, limits))
+def test_unread_runs_decide_as_listed_ones(seed: int, policy: str, limits: int, budget: bool) -> None:
+    _check(*_both(test_repeats.play, test_repeats, seed, policy, limits, budget))
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
