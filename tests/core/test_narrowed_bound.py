@@ -12,9 +12,9 @@
 Random clusters under `tiresias` (which narrows its own queue and class to the worse levels that
 would lose little work, and other queues to the fresh borrowers while its patience lasts), with
 reservations, searched with each shortcut and without (`select_victims`, and `SameQueue` as the
-own-queue searches use it): the same answer. And the histories of `test_repeats.play`,
-`test_preemption_memo.busy` and `test_victim_nodes.mixed`, walked and looked at job by job: every
-decision and reason equal.
+own-queue searches use it): the same answer. The histories of `test_repeats.play`,
+`test_preemption_memo.busy` and `test_victim_nodes.mixed` with each switch and without are in
+`test_preemption_switches.py`.
 """
 
 from __future__ import annotations
@@ -36,9 +36,6 @@ from corral.core.request import request_for
 from corral.core.same_queue import SameQueue
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
-from tests.core.test_preemption_memo import both, busy
-from tests.core.test_repeats import play
-from tests.core.test_victim_nodes import mixed
 
 SWITCHES = pytest.mark.parametrize("name", ["FEW_FIRST", "LAZY_OVERLAY"])
 NOW = 5000.0
@@ -55,7 +52,8 @@ def searched(seed: int) -> tuple[ClusterState, Any, PendingJob, Request]:
     ]
     total = gpus * len(nodes)
     queues = [
-        QueueSpec(QueueName(f"q{i}"), quota=rng.choice([0, total // 4]), cohort="c") for i in range(rng.randint(1, 3))
+        QueueSpec(QueueName(f"q{i}"), quota=rng.choice([0, total // 4]), cohort="c")
+        for i in range(rng.randint(1, 3))
     ]
     state = ClusterState.build(("leaf",), nodes, queues)
     args = {"thresholds": [60.0, 36000.0], "max_lost": rng.choice([100.0, 1000.0, 10000.0])}
@@ -129,30 +127,3 @@ def test_the_searches_draw_every_case() -> None:
             seen["none, narrowed"] += 1
         assert found is not NO_CANDIDATES or not few or not any(few.values())
     assert all(seen.values()), seen
-
-
-POLICIES = st.sampled_from(["tiresias", "tiresias", "las", "default"])
-
-
-@SWITCHES
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), policy=POLICIES, limits=st.sampled_from([0, 3, 40]))
-def test_backlogs_decide_alike(name: str, seed: int, policy: str, limits: int) -> None:
-    shortcut, long_way = both(play, seed, policy, limits, switch=(narrow, name))
-    assert shortcut == long_way
-
-
-@SWITCHES
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), policy=POLICIES, walk=st.booleans())
-def test_busy_clusters_decide_alike(name: str, seed: int, policy: str, walk: bool) -> None:
-    shortcut, long_way = both(busy, seed, policy, walk=walk, switch=(narrow, name))
-    assert shortcut == long_way
-
-
-@SWITCHES
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), walk=st.booleans())
-def test_two_models_decide_alike(name: str, seed: int, walk: bool) -> None:
-    shortcut, long_way = both(mixed, seed, "tiresias", walk=walk, switch=(narrow, name))
-    assert shortcut == long_way
