@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from corral.core.jobs import PendingJob, RunningAttempt
-from corral.core.narrow import Narrowed, narrowed, overlay
+from corral.core.narrow import Narrowed, Overlay, narrowed, too_few
 from corral.core.occupancy import COUNTED, Group
 from corral.core.placement import NodeMask, Request, place
 from corral.core.plugins import VictimFilter, Victims
@@ -148,6 +148,10 @@ def _candidates(
 _RETRY = Miss.RETRY
 
 
+def _by_class(item: tuple[Group, list[float]]) -> int:
+    return item[0][1]
+
+
 def _by_aggregates(
     state: ClusterState,
     plugin: Victims,
@@ -161,17 +165,16 @@ def _by_aggregates(
     if not any(key in totals for key in ok):
         return NO_CANDIDATES
     g = max(1, req.gpus_per_replica)
+    if too_few(state, ok, few, req.replicas, g):
+        return None  # the free GPUs and the candidates' together hold too few replicas
     allowed = set(req.classes)
     avail = state.index.avail
     owed = reserved_short(state)
     node_class = state.node_class
     potential: dict[int, int] = {}
-    node_groups = overlay(state.occupancy.groups, few)  # narrowed groups: their few attempts
-    for node, groups in enumerate(node_groups):
-        have = avail[node] - owed.get(node, 0) if owed else avail[node]
-        for key, entry in groups.items():
-            if key in ok:
-                have += int(entry[0])
+    node_groups = Overlay(state.occupancy.groups, few)  # narrowed groups: their few attempts
+    for node in range(len(state.occupancy.groups)):
+        have = (avail[node] - owed.get(node, 0) if owed else avail[node]) + node_groups.have(node, ok)
         if have >= g and node_class[node] in allowed and state.is_schedulable(node):
             potential[node] = have
 
@@ -182,7 +185,7 @@ def _by_aggregates(
         if have >= gpus and not (whole and state.alloc[node]):
             return _FREE
         worst, lost = -(1 << 62), 0.0
-        for (queue, priority), (count, since) in sorted(node_groups[node].items(), key=lambda kv: kv[0][1]):
+        for (queue, priority), (count, since) in sorted(node_groups.at(node).items(), key=_by_class):
             if have >= gpus and not whole:
                 break
             if (queue, priority) in ok:
