@@ -23,6 +23,7 @@ Only the `default` policy leaves one; others run every cycle.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Final
 
 from corral.core.decisions import CycleResult, Reason, Reasons, Why
@@ -59,12 +60,23 @@ class QueueEnd:
 class Quiet:
     """What a cycle that decided nothing leaves for the arrivals after it (read by `skip`)."""
 
-    __slots__ = ("checkpoint_wakes", "ends", "mark", "next_wake", "now", "order", "told", "verdicts")
+    __slots__ = (
+        "checkpoint_wakes",
+        "ends",
+        "mark",
+        "next_wake",
+        "now",
+        "order",
+        "told",
+        "verdicts",
+        "version",
+    )
 
     def __init__(
         self,
         now: float,
-        verdicts: dict[int, Reason],
+        verdicts: dict[int, tuple[int, Reason]],
+        version: int,
         ends: dict[QueueName, QueueEnd],
         order: list[str],
         mark: _Mark,
@@ -72,7 +84,9 @@ class Quiet:
         told: Reasons | None,
     ) -> None:
         self.now = now  # the instant the reasons below were written for
-        self.verdicts = verdicts  # verdict key -> what a later job of that key is told
+        # verdict key -> (use version, what a later job of that key is told while it is `version`)
+        self.verdicts = verdicts
+        self.version = version
         self.ends = ends
         self.order = order  # the queues with pending jobs, in fair-share order
         self.mark = mark
@@ -108,12 +122,11 @@ def leave(
         or now >= UNIX_EPOCH_FLOOR  # (`reasons.clock` then reads the time of day)
     ):
         return None
-    version = state.use_version
-    kept = {key: why for key, (at, why) in verdicts.items() if at == version}
-    if not kept and not ends:
+    if not verdicts and not ends:
         return None
     told = result.reasons if state.runs_read else None
-    return Quiet(now, kept, ends or {}, _order(state, profile), _mark(state, 0), result, told)
+    order = _order(state, profile)
+    return Quiet(now, verdicts, state.use_version, ends or {}, order, _mark(state, 0), result, told)
 
 
 def skip(state: ClusterState, profile: Profile, now: float, quiet: Quiet) -> CycleResult | None:
@@ -126,7 +139,6 @@ def skip(state: ClusterState, profile: Profile, now: float, quiet: Quiet) -> Cyc
     if _mark(state, len(new)) != quiet.mark:
         return None
     told_new: list[tuple[PendingJob, Reason, float]] = []
-    by_queue: dict[QueueName, set[JobId]] = {}
     by_key: dict[int, int] = {}
     for job in new:
         by_key[job.verdict_key] = by_key.get(job.verdict_key, 0) + 1
@@ -135,8 +147,7 @@ def skip(state: ClusterState, profile: Profile, now: float, quiet: Quiet) -> Cyc
         if found is None:
             return None
         told_new.append((job, *found))
-        by_queue.setdefault(job.spec.queue, set()).add(job.spec.id)
-    if not last_in_queues(state, by_queue):
+    if not last_in_families(state, new):
         return None
     if profile.usage_half_life:  # what the cycle does first; at `now` again it does nothing
         advance_usage(state, now, profile.usage_half_life)
@@ -176,8 +187,8 @@ def told(
     if never_fits[key] is not None:  # rejected by the cycle
         return None
     found = quiet.verdicts.get(key)
-    if found is not None:
-        return found, quiet.now
+    if found is not None and found[0] == quiet.version:
+        return found[1], quiet.now
     end = quiet.ends.get(spec.queue)
     verdict = None if end is None else end.families.get(job.family)
     if end is None or verdict is None or job.shape is None:
@@ -192,7 +203,7 @@ def told(
     limit = spec.time_limit
     if verdict.kind == ADMISSION:
         return verdict.reason, now
-    if limit is not None and end.reserved and end.end is not None and now + limit <= end.end:
+    if window_may_hold(end, limit, now):
         return None  # its backfill attempt may start it
     per_limit = verdict.per_limit
     if per_limit is None:
@@ -201,12 +212,23 @@ def told(
     return Reason(per_limit.reason.code, per_limit.head + runs + per_limit.tail, per_limit.reason.at), now
 
 
-def last_in_queues(state: ClusterState, by_queue: dict[QueueName, set[JobId]]) -> bool:
-    """Whether the new jobs (by queue) come after every other job of their queues in its order (a
-    job of a higher class comes first, and is looked at before jobs whose answers it may change)."""
-    for name, ids in by_queue.items():
-        keys = state.queues[name].pending_keys
-        if {key[-1] for key in keys[len(keys) - len(ids) :]} != ids:
+def window_may_hold(end: QueueEnd, limit: float | None, now: float) -> bool:
+    """Whether a job with this time limit that misses its placement at the queue's end is tried for
+    backfill there, and may start (`_Cycle.consider`, `backfill.attempt`)."""
+    return limit is not None and end.reserved and end.end is not None and now + limit <= end.end
+
+
+def last_in_families(state: ClusterState, new: list[PendingJob]) -> bool:
+    """Whether the new jobs come after every other job of their families in their queues' order:
+    then every job of their verdict keys and families that the cycle told something came before
+    them (a job of a higher class comes before other jobs of its queue, but after those of its
+    family), and what they are told changes nothing for the jobs after them."""
+    count: dict[int, int] = {}
+    for job in new:
+        count[job.family] = count.get(job.family, 0) + 1
+    for job in new:
+        keys = state.queues[job.spec.queue].by_family.get(job.family, [])
+        if bisect_left(keys, job.key) < len(keys) - count[job.family]:
             return False
     return True
 
