@@ -2,23 +2,28 @@
 and the answer of the next cycle told without running it (`skip`), for the simulator.
 
 A cycle that started, preempted, nominated, promoted and rejected nothing, reached every job and
-deferred no victim search leaves a `Quiet`: the verdict it memorised per verdict key at the
-queues' final use version (`_Cycle.verdicts`: what every later job of that (shape, queue, class,
-time limit, preemptible) is told at once, without a look), the queues' fair-share order, and a
-mark of the state. Until anything but arrivals changes the state (the simulator runs a cycle
-after every end, stop, node change and wake, and after a checkpoint that may make a victim), a
-cycle at a later instant decides what that one did: nothing that blocked a job can have moved
-except the time, and what moves with the time is bounded by the cycle's `next_wake` (backoffs,
-protections, reservations) or only shrinks (a backfill window); the sentences that name when a
-job would end are written again for the new instant (`at_time`).
+deferred no victim search leaves a `Quiet`: the verdicts it memorised per verdict key
+(`_Cycle.verdicts`: what every later job of that (shape, queue, class, time limit, preemptible)
+is told at once, without a look, while no queue's counted GPUs change), per queue the verdicts
+of its families at the queue's end (`QueueEnd`: what the walk tells every ordinary job of a
+family that no backfill window may hold, `repeats.Walk.passive`) with the backfill window then,
+the queues' fair-share order, and a mark of the state. Until anything but arrivals changes the
+state (the simulator runs a cycle after every end, stop, node change and wake, and after a
+checkpoint that may make a victim), a cycle at a later instant decides what that one did:
+nothing that blocked a job can have moved but the time, and what moves with the time is bounded
+by the cycle's `next_wake` (backoffs, protections, reservations) or only shrinks (a backfill
+window); the sentences that name when a job would end are written again for the new instant
+(`at_time`).
 
-`skip` tells a new job its key's verdict when a cycle would: the job is the last of its queue in
-the order (a job of a higher class goes first, so it is looked at), its verdict key has a
-verdict at the final version (a job of its key came before it and was told it, so it is told the
-same without a look: no start, search, reservation or nomination), its key never fits nowhere
-(checked already), the queues keep their order at the new instant (usage decays with time) and
-the queues that wait for their quota do not change. Anything else: None, and the cycle runs.
-Only the `default` policy leaves one; others run every cycle.
+`skip` tells each new job what a cycle would: it comes after every job of its family (a job of
+a higher class comes before its queue's other jobs, but after its own family's), so what the
+cycle tells it is what its verdict key was told (a job of that key came first), or else, when no
+other job has its (shape, time limit), its family's verdict at its queue's end, unless a backfill
+window may hold it (`window_may_hold`); its key is known to fit (checked already); the queues
+keep their order at the new instant (usage decays with time) and the queues that wait for their
+quota do not change. A job told so starts, searches, reserves and nominates nothing, and changes
+nothing for the jobs after it. Anything else: None, and the cycle runs. Only the `default`
+policy leaves one; others run every cycle.
 """
 
 from __future__ import annotations
