@@ -97,6 +97,7 @@ class Quiet:
         self.mark = mark
         self.next_wake = result.next_wake
         self.checkpoint_wakes = result.checkpoint_wakes
+        self.reservations = result.reservations  # (made again alike by every cycle until a change)
         # every job's reason at `now` (kept only where someone reads them: `ClusterState.runs_read`)
         self.told: Reasons | dict[JobId, Reason] | None = told
 
@@ -161,6 +162,7 @@ def skip(state: ClusterState, profile: Profile, now: float, quiet: Quiet) -> Cyc
     if any(q.spec.quota for q in state.queues.values()) and reclaiming(state) != state.caches.reclaiming:
         return None  # a queue begins or ends waiting for its quota (`fairshare.note_reclaiming`)
     result = CycleResult(now, next_wake=quiet.next_wake, checkpoint_wakes=quiet.checkpoint_wakes)
+    result.reservations = list(quiet.reservations)
     reject_never_fitting(state, result)  # rejects none (their keys fit), computes their requests
     reasons = result.reasons
     every = quiet.told

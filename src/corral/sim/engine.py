@@ -179,6 +179,8 @@ class Simulation:
         self._cycle_due = False
         self._last_cycle = now
         quiet = self._quiet
+        if quiet is not None and self.on_cycle is not None and quiet.told is None:
+            quiet = None  # (`on_cycle` set after the last cycle, which did not keep every reason)
         told = None if quiet is None else skip(state, self.profile, now, quiet)
         if told is not None:
             self.stats.cycles += 1
