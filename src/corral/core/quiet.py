@@ -72,6 +72,7 @@ class Quiet:
         "next_wake",
         "now",
         "order",
+        "reservations",
         "told",
         "verdicts",
         "version",
