@@ -38,7 +38,9 @@ from corral.core.jobs import PendingJob
 from corral.core.model import JobId, QueueName
 from corral.core.plugins import Profile
 from corral.core.reasons import UNIX_EPOCH_FLOOR, runs_until
+from corral.core.rejections import never_fits as why_never
 from corral.core.rejections import reject_never_fitting
+from corral.core.request import request_for
 from corral.core.state import ClusterState
 
 POLICIES: Final = ("default",)  # the policies whose cycles leave a summary
@@ -145,7 +147,7 @@ def skip(state: ClusterState, profile: Profile, now: float, quiet: Quiet) -> Cyc
         return None
     if _mark(state, len(new)) != quiet.mark:
         return None
-    told_new: list[tuple[PendingJob, Reason, float]] = []
+    told_new: list[tuple[PendingJob, Reason | None, float]] = []
     by_key: dict[int, int] = {}
     for job in new:
         by_key[job.verdict_key] = by_key.get(job.verdict_key, 0) + 1
@@ -172,26 +174,33 @@ def skip(state: ClusterState, profile: Profile, now: float, quiet: Quiet) -> Cyc
             every = quiet.told = dict(every.items())
         for job_id, why in every.items():
             reasons[job_id] = at_time(why, quiet.now, now, state.jobs[job_id])
-    for job, why, then in told_new:
+    for job, said, then in told_new:
+        if said is None:  # (only where no one reads the reasons)
+            continue
         if every is not None:
-            every[job.spec.id] = at_time(why, then, quiet.now, job)  # (as if written then)
-        reasons[job.spec.id] = at_time(why, then, now, job)
+            every[job.spec.id] = at_time(said, then, quiet.now, job)  # (as if written then)
+        reasons[job.spec.id] = at_time(said, then, now, job)
     quiet.mark = _mark(state, 0)
     return result
 
 
 def told(
     state: ClusterState, quiet: Quiet, job: PendingJob, now: float, new_by_key: dict[int, int]
-) -> tuple[Reason, float] | None:
-    """What a cycle after `quiet` at `now` tells a new job that comes after every job of its queue,
+) -> tuple[Reason | None, float] | None:
+    """What a cycle after `quiet` at `now` tells a new job that comes after every job of its family,
     and when that sentence was written (None: it is looked at, or may be; `new_by_key`: how many
     new jobs have each verdict key). A job whose key was answered at the cycle's last use version
-    repeats that answer; one whose (shape, time limit) no other job has is told its family's
-    verdict at its queue's end, unless a backfill window may hold it."""
+    repeats that answer; one whose family has a verdict at its queue's end is told it, unless a
+    backfill window may hold it (or, when other jobs of its key came first, nothing: it is told
+    what the first of them was, which no one reads here)."""
     key, spec = job.verdict_key, job.spec
-    never_fits = state.caches.never_fits
-    if spec.id not in state.jobs or job.is_flagged(now) or key not in never_fits:
+    if spec.id not in state.jobs or job.is_flagged(now) or key < 0 or job.shape is None:
         return None
+    never_fits = state.caches.never_fits
+    if key not in never_fits:  # what the cycle's first step finds and remembers (`reject_never_fitting`)
+        req = request_for(state, spec, job.shape)
+        job.request, job.request_generation = req, state.generation
+        never_fits[key] = why_never(state, spec, req)
     if never_fits[key] is not None:  # rejected by the cycle
         return None
     found = quiet.verdicts.get(key)
@@ -199,20 +208,25 @@ def told(
         return found[1], quiet.now
     end = quiet.ends.get(spec.queue)
     verdict = None if end is None else end.families.get(job.family)
-    if end is None or verdict is None or job.shape is None:
+    if end is None or verdict is None:
         return None
     queue = state.queues[spec.queue]
     shape = (job.shape, spec.queue, spec.priority, spec.time_limit)
     twin = state.interned((shape, not spec.preemptible))
     if twin is not None and queue.by_verdict.get(twin):
         return None  # a job of its (shape, time limit) told before it: it is told the same
-    if len(queue.by_verdict.get(key, ())) != new_by_key[key]:
-        return None
+    # jobs of its key came before it, not answered at the last version: it is told what the first
+    # of them blocked was told (`_Cycle._blocked`), which only a look finds; nothing else happens
+    told_before = len(queue.by_verdict.get(key, ())) != new_by_key[key]
+    if told_before and quiet.told is not None:
+        return None  # (someone reads the reasons: the cycle runs)
     limit = spec.time_limit
+    if verdict.kind != ADMISSION and window_may_hold(end, limit, now):
+        return None  # its backfill attempt may start it
+    if told_before:
+        return None, now  # (no one reads it)
     if verdict.kind == ADMISSION:
         return verdict.reason, now
-    if window_may_hold(end, limit, now):
-        return None  # its backfill attempt may start it
     per_limit = verdict.per_limit
     if per_limit is None:
         return verdict.reason, now
