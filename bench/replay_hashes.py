@@ -13,6 +13,8 @@ the seconds (wall and CPU) it took. `--search-again` answers no reservation sear
 (`reserve.earliest_fit`), to show the memory changes nothing (interpreted core only). `--arg`
 gives the replays' policy plugin arguments, as `sim_speed.py`'s does (e.g. `--only
 philly_tiresias --arg tiresias.estimate_weight=4`); a replay whose policy lacks the plugin fails.
+`--no-skip` runs every cycle after arrivals alone (`SimOptions.skip_quiet` off; see
+`core/quiet.py`): the hashes are the same either way.
 """
 
 from __future__ import annotations
@@ -125,8 +127,9 @@ class Digest:
         self.reasons.update("\n".join(lines).encode())
 
 
-def replay(name: str, reasons: bool, args: list[str] | None = None) -> dict[str, Any]:
+def replay(name: str, reasons: bool, args: list[str] | None = None, skip: bool = True) -> dict[str, Any]:
     cluster, jobs, policy, options = CASES[name]()
+    options = replace(options, skip_quiet=skip)
     digest = Digest()
     profile = load_policy(policy, parse_plugin_args(args or []))
     sim = Simulation(cluster, jobs, profile, EventLog([digest.event]), options)
@@ -138,6 +141,7 @@ def replay(name: str, reasons: bool, args: list[str] | None = None) -> dict[str,
     out |= {"events": digest.events, "log_sha256": digest.log.hexdigest()}
     if reasons:
         out["reasons_sha256"] = digest.reasons.hexdigest()
+    out["cycles"], out["skipped"] = sim.stats.cycles, sim.stats.skipped
     out["s"] = round(time.perf_counter() - started, 1)
     out["cpu_s"] = round(time.process_time() - cpu, 1)
     return out
@@ -154,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         help="search every reservation again instead of answering from memory (interpreted core only)",
     )
     parser.add_argument("--arg", action="append", default=[], help="PLUGIN.KEY=VALUE, policy arguments")
+    parser.add_argument("--no-skip", action="store_true", help="run every cycle after arrivals alone")
     args = parser.parse_args(argv)
     if args.search_again:
         from corral.core import reserve
@@ -164,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown replay {', '.join(unknown)}; known: {', '.join(CASES)}")
     for name in names:
-        print(json.dumps(replay(name, args.reasons, args.arg)), flush=True)
+        print(json.dumps(replay(name, args.reasons, args.arg, not args.no_skip)), flush=True)
     return 0
 
 

@@ -2,7 +2,8 @@
 an oversubscribed cluster (`bench/overload_trace.py`).
 
 Run: .venv/bin/python bench/sim_speed.py [--only CASE[,CASE]] [--jobs N] [--policy P (for `default`)]
-     [--arg PLUGIN.KEY=VALUE (its arguments, e.g. tiresias.estimate_weight=4)]
+     [--arg PLUGIN.KEY=VALUE (its arguments, e.g. tiresias.estimate_weight=4)] [--no-skip (run every
+     cycle after arrivals alone: `SimOptions.skip_quiet` off)]
 Each case runs in a fresh process; the figures are wall time (and the process's CPU time, which a
 busy machine inflates less), simulated jobs per second and the process's peak resident memory,
 and whether the core ran compiled (scripts/setup.sh builds it; CORRAL_PURE_PYTHON=1 runs it
@@ -101,7 +102,7 @@ def run(case: str, jobs_limit: int | None, budget: float | None = None) -> dict[
         profile = load_policy(policy, parse_plugin_args(ARGS))
     else:
         profile = load_policy(policy)
-    sim = Simulation(cluster, jobs, profile, EventLog([measures.feed]), SimOptions())
+    sim = Simulation(cluster, jobs, profile, EventLog([measures.feed]), SimOptions(skip_quiet=SKIP[0]))
     progress: list[dict[str, float]] = []
     stats = sim.run() if budget is None else _run_for(sim, cpu, budget, progress)
     ran = time.perf_counter() - loaded
@@ -111,7 +112,7 @@ def run(case: str, jobs_limit: int | None, budget: float | None = None) -> dict[
         "case": case, "policy": policy, "jobs": len(jobs), "gpus": sum(n.gpus for n in cluster.nodes),
         "load_s": round(loaded - started, 2), "sim_s": round(ran, 2), "sim_cpu_s": round(cpu, 2),
         "jobs_per_s": round(sim.arrived / ran),
-        "cycles": stats.cycles, "finished": summary["jobs"]["finished"],
+        "cycles": stats.cycles, "skipped": stats.skipped, "finished": summary["jobs"]["finished"],
         "preemptions": summary["jobs"]["preemptions"],
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "compiled": native.active(),
@@ -167,6 +168,7 @@ TARGETS = {
 DEFAULT_CASES = ["philly", "las", "million", "overload", "overload128", "overload128_las"]
 DEFAULT = ["default"]  # the policy of the cases that run `default` (--policy)
 ARGS: list[str] = []  # its arguments (--arg)
+SKIP = [True]  # tell arrivals alone without a cycle where the last cycle shows how (--no-skip: off)
 
 
 def main() -> None:
@@ -176,10 +178,14 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per case (default 1800)")
     parser.add_argument("--policy", default="default", help="instead of default (e.g. estimated)")
     parser.add_argument("--arg", action="append", default=[], help="PLUGIN.KEY=VALUE, for --policy's plugins")
+    parser.add_argument(
+        "--no-skip", action="store_true", help="run every cycle after arrivals alone (core/quiet.py)"
+    )
     parser.add_argument("--cpu-budget", type=float, help="stop each case after this many CPU seconds")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     DEFAULT[0] = args.policy
+    SKIP[0] = not args.no_skip
     ARGS[:] = args.arg
     if args.child:
         print(json.dumps(run(args.child, args.jobs, args.cpu_budget)))
@@ -193,6 +199,7 @@ def main() -> None:
         cmd += ["--jobs", str(args.jobs)] if args.jobs else []
         cmd += [f"--arg={a}" for a in args.arg]
         cmd += ["--cpu-budget", str(args.cpu_budget)] if args.cpu_budget else []
+        cmd += ["--no-skip"] if args.no_skip else []
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=args.timeout).stdout
         except subprocess.TimeoutExpired:

@@ -12,14 +12,14 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Hashable
 
-from corral.core import aging, backfill, order, repeats, reserve
+from corral.core import aging, backfill, order, quiet, repeats, reserve
 from corral.core import reasons as why_text
 from corral.core.capacity_reasons import CapacityReasons
 from corral.core.decisions import CycleResult, Reason, Start, Why
 from corral.core.estimated_holds import ESTIMATES_KEPT
 from corral.core.fairshare import advance_usage, note_reclaiming
 from corral.core.families import ADMISSION, CAPACITY, Epoch, Verdict
-from corral.core.jobs import PartOf, PendingJob
+from corral.core.jobs import PartOf, PendingJob, QueueState
 from corral.core.model import JobId, Placement, QueueName
 from corral.core.placement import NodeMask, Request, place, sure_miss, to_placement
 from corral.core.plugins import Profile
@@ -51,6 +51,8 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
         state.plan.commit()
         reserve.clear(state, cycle.reservations)
     cycle.remove_started()
+    deferred = cycle.preemption.deferred
+    result.quiet = quiet.leave(state, profile, now, cycle.verdicts, deferred, cycle.quiet_ends, result)
     # a lazy reason of the result refers to its walk, which refers to the cycle: the cycle lets go
     # of the result, so that no garbage cycle holds each cycle's objects until a collection
     cycle.result = CycleResult(now)
@@ -87,6 +89,11 @@ class _Cycle:
         self.started: dict[QueueName, list[JobId]] = {}
         self.preemption = Preemption()
         self.why = CapacityReasons(state, now, self.reservations)  # capacity sentences
+        # per queue, what a new job of its families would be told after it (`core/quiet.py`;
+        # None: the policy skips no cycle, or this cycle decided something)
+        self.quiet_ends: dict[QueueName, quiet.QueueEnd] | None = (
+            {} if profile.name in quiet.POLICIES else None
+        )
 
     def run(self) -> None:
         order.run(self)
@@ -260,6 +267,17 @@ class _Cycle:
         victims = self.profile.victims
         assert victims is not None
         return victims, victims.family_part
+
+    def queue_end(self, queue: QueueState, walk: repeats.Walk) -> None:
+        """A queue's walk is over (`order._run_fair`): its families' verdicts hold at this point."""
+        result, ends = self.result, self.quiet_ends
+        if ends is None:
+            return
+        if result.starts or result.preemptions or result.nominations or self.preemption.deferred:
+            self.quiet_ends = None
+            return
+        end = self.backfill_end() if self.reservations else None
+        ends[queue.spec.name] = quiet.QueueEnd(walk.passive, bool(self.reservations), end)
 
     def backfill_end(self) -> float | None:
         """`backfill.backfill_end` (`families.Judge`, `backfill.Booking`); its memory read here."""

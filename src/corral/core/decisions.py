@@ -11,9 +11,12 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
-from typing import Final, cast, final
+from typing import TYPE_CHECKING, Final, cast, final
 
 from corral.core.model import INFINITY, JobId, NodeName, Placement
+
+if TYPE_CHECKING:
+    from corral.core.quiet import Quiet
 
 
 class Why(enum.Enum):
@@ -231,6 +234,8 @@ class CycleResult:
     # this cycle left waiting (`VictimFilter.fresh_groups`): a checkpoint there calls for a cycle
     # within the seconds given (`VictimFilter.fresh_for`: it stays such a victim that long)
     checkpoint_wakes: dict[tuple[str, int], float] = field(default_factory=dict)
+    # what this cycle leaves for a later one after arrivals alone (`core/quiet.py`; None: nothing)
+    quiet: Quiet | None = None
 
     def wake_at(self, t: float) -> None:
         """Something this cycle decided changes at `t` (ignored unless after `now`)."""

@@ -49,6 +49,8 @@ class Looker(Protocol):
 
     def part_source(self) -> tuple[object, PartOf]: ...
 
+    def queue_end(self, queue: QueueState, walk: repeats.Walk) -> None: ...
+
 
 def run(cycle: Looker) -> None:
     """Look at the pending jobs in the profile's order."""
@@ -155,6 +157,7 @@ def _run_fair(cycle: Looker) -> None:
         if key is None:
             heapq.heappop(heap)  # nothing left in this queue
             if walk is not None:
+                cycle.queue_end(q, walk)  # (what a new job of its families would be told)
                 walk.finish()
                 result.considered += walk.passed
             continue

@@ -32,6 +32,7 @@ from corral.core.model import (
 )
 from corral.core.placement import Request, to_placement
 from corral.core.plugins import Profile
+from corral.core.quiet import Quiet, skip
 from corral.core.request import request_for
 from corral.core.state import ClusterState
 from corral.sim.dependencies import DependencyBook
@@ -95,6 +96,8 @@ class Simulation:
         # (half of them after the checkpoint: the checkpoints until then share that cycle)
         self._checkpoint_wakes: dict[tuple[str, int], float] = {}
         self._fresh_due: tuple[str, float] | None = None  # the _CYCLE event queued for them
+        # what the last cycle left for arrivals alone (`core/quiet.py`), while nothing else changed
+        self._quiet: Quiet | None = None
 
     # ---- set-up --------------------------------------------------------------------------
     def _push(self, t: float, kind: int, payload: object) -> None:
@@ -156,6 +159,8 @@ class Simulation:
                 )
             else:
                 changed |= self._handle(kind, payload, now)
+        if changed or self._cycle_due or self._fresh_due is not None:
+            self._quiet = None  # more than arrivals changed since the last cycle
         while i < n and arrivals[i].trace.submit_time == now:
             self._submit(arrivals[i], now)
             i += 1
@@ -173,7 +178,17 @@ class Simulation:
             return True
         self._cycle_due = False
         self._last_cycle = now
-        self._cycle(now)
+        quiet = self._quiet
+        if quiet is not None and self.on_cycle is not None and quiet.told is None:
+            quiet = None  # (`on_cycle` set after the last cycle, which did not keep every reason)
+        told = None if quiet is None else skip(state, self.profile, now, quiet)
+        if told is not None:
+            self.stats.cycles += 1
+            self.stats.skipped += 1
+            if self.on_cycle is not None:
+                self.on_cycle(told)
+        else:
+            self._cycle(now)
         if not events and i >= n and state.jobs and not state.running:
             self._stuck(now)
             return False
@@ -204,6 +219,7 @@ class Simulation:
         already played, and ends `duration` seconds of work after it (or at its time limit).
         """
         state = self.state
+        self._quiet = None  # a start outside a cycle
         job = SimJob(trace_of(spec, duration, None), spec, duration)
         self.jobs[spec.id] = job
         self.stats.jobs += 1
@@ -264,6 +280,7 @@ class Simulation:
         self.stats.cycles += 1
         self.state.runs_read = self.on_cycle is not None  # else no one reads the reasons
         result = schedule(self.state, self.profile, now)
+        self._quiet = result.quiet if self.options.skip_quiet and self.deps is None else None
         wake = result.next_wake  # e.g. a victim's min_runtime ends: nothing else may happen then
         self._checkpoint_wakes = result.checkpoint_wakes
         self._fresh_due = None  # this cycle saw every checkpoint so far

@@ -17,6 +17,9 @@ class SimOptions:
     node_mtbf: float | None = None  # mean seconds between failures of one node
     node_repair: float = 3600.0
     seed: int = 0
+    # tell the jobs of an instant with arrivals alone without a cycle where the last cycle shows it
+    # would decide nothing and tell them what it told their keys (`core/quiet.py`): same decisions
+    skip_quiet: bool = True
 
 
 @dataclass(slots=True)
@@ -24,7 +27,8 @@ class SimStats:
     """What the run did, besides the event log."""
 
     end_time: float = 0.0
-    cycles: int = 0
+    cycles: int = 0  # every cycle, those told without running (`skipped`) included
+    skipped: int = 0
     jobs: int = 0
     time_limit_rules: dict[str, int] = field(
         default_factory=lambda: {"trace": 0, "queue default": 0, "none": 0}
