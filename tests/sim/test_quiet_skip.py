@@ -121,6 +121,25 @@ def test_the_traces_skip_cycles() -> None:
     assert all(skipped)
 
 
+def test_only_a_simulation_that_skips_has_its_cycles_build_the_summary() -> None:
+    """The summary costs a cycle something: the live scheduler (a `ClusterState` as built, which
+    no simulator flags) and a replay with the skip off never build it; one with the skip on does."""
+    assert ClusterState().quiet_kept is False
+    for skip in (False, True):
+        left: list[bool] = []
+        sim = Simulation(
+            cluster(2),
+            trace(3, 120),
+            load_policy("default"),
+            EventLog([]),
+            SimOptions(skip_quiet=skip),
+        )
+        sim.on_cycle = lambda result, left=left: left.append(result.quiet is not None)
+        sim.run()
+        assert sim.state.quiet_kept is skip
+        assert any(left) is skip
+
+
 def _same_family(
     state: ClusterState, q: quiet.Quiet, job: PendingJob, *, class_too: bool
 ) -> tuple[Reason, float] | None:

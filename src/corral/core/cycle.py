@@ -92,7 +92,7 @@ class _Cycle:
         # per queue, what a new job of its families would be told after it (`core/quiet.py`;
         # None: the policy skips no cycle, or this cycle decided something)
         self.quiet_ends: dict[QueueName, quiet.QueueEnd] | None = (
-            {} if profile.name in quiet.POLICIES else None
+            {} if state.quiet_kept and profile.name in quiet.POLICIES else None
         )
 
     def run(self) -> None:

@@ -117,7 +117,8 @@ def leave(
     """The summary of a cycle that has just ended (None: it decided something, or the policy reads
     more than this summary holds)."""
     if (
-        profile.name not in POLICIES
+        not state.quiet_kept  # (the live scheduler runs every cycle: nothing is built for it)
+        or profile.name not in POLICIES
         or result.starts
         or result.preemptions
         or result.nominations

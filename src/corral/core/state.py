@@ -46,6 +46,9 @@ class ClusterState(AttemptTable):
         # False: the adapter never reads the reasons of the jobs a walk passes over (the simulator
         # without `on_cycle`), so a cycle does not list them (`repeats.Walk`); decisions are the same
         self.runs_read = True
+        # True: the adapter reads what a cycle that decided nothing leaves for the arrivals after it
+        # (`CycleResult.quiet`, `core/quiet.py`: the simulator); else no cycle builds it
+        self.quiet_kept = False
         self.usage_time: float | None = None
         self.use_version = 0  # bumped whenever any queue's counted GPUs change
         self._interned: dict[tuple[object, ...], int] = {}

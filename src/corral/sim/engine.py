@@ -279,6 +279,7 @@ class Simulation:
     def _cycle(self, now: float) -> None:
         self.stats.cycles += 1
         self.state.runs_read = self.on_cycle is not None  # else no one reads the reasons
+        self.state.quiet_kept = self.options.skip_quiet and self.deps is None
         result = schedule(self.state, self.profile, now)
         self._quiet = result.quiet if self.options.skip_quiet and self.deps is None else None
         wake = result.next_wake  # e.g. a victim's min_runtime ends: nothing else may happen then
