@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterable, Sequence
 
 from corral.core import invariants
@@ -116,3 +119,23 @@ def occupy(
     mask = sum(1 << g for g in gpus)
     state.start(pending, [(state.node_ids[NodeName(node)], mask)], now)
     state.plan.commit()
+
+
+def ran_interpreted(test_file: str, name: str) -> bool:
+    """Under the compiled core, run the test `name` of `test_file` interpreted in a subprocess
+    (`CORRAL_PURE_PYTHON=1`: a compiled module calls its own functions directly, so switches and
+    counters patched from a test are seen only interpreted), assert it passed, and answer True;
+    interpreted already, answer False (the caller runs the test's body). A skip would fail CI."""
+    from corral import native
+
+    if not native.active():
+        return False
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{test_file}::{name}"],
+        env={**os.environ, "CORRAL_PURE_PYTHON": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return True

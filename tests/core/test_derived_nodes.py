@@ -14,9 +14,6 @@ Each test also checks that the histories derive at all (else it would compare no
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -27,6 +24,7 @@ from corral.core import victim_nodes
 from tests.core.test_preemption_memo import both, busy
 from tests.core.test_repeats import play
 from tests.core.test_victim_nodes import mixed
+from tests.helpers import ran_interpreted
 
 POLICIES = st.sampled_from(["las", "tiresias", "las", "default"])
 SWITCHES = pytest.mark.parametrize("name", ["DERIVE_NODES", "FEW_FIRST"])
@@ -79,19 +77,7 @@ def test_two_models_decide_alike(name: str, seed: int, policy: str, walk: bool) 
 def test_the_histories_take_the_shortcuts() -> None:
     """The histories above reach both shortcuts (counted interpreted: a compiled module calls
     the shortcuts directly, so under the compiled core this test runs itself interpreted)."""
-    from corral import native
-
-    if native.active():
-        env = {**os.environ, "CORRAL_PURE_PYTHON": "1"}
-        here = f"{__file__}::test_the_histories_take_the_shortcuts"
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", here],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    if ran_interpreted(__file__, "test_the_histories_take_the_shortcuts"):
         return
     SEEN.update({"derived": 0, "too few": 0})
     for seed in range(40):

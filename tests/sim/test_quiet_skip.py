@@ -5,10 +5,7 @@ same number of cycles; deliberate breaks of the skip's checks are caught."""
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -25,6 +22,7 @@ from corral.policies.registry import load_policy
 from corral.sim.engine import SimOptions, Simulation
 from corral.sim.eventlog import EventLog
 from corral.sim.trace import TraceJob
+from tests.helpers import ran_interpreted
 
 
 def cluster(nodes: int) -> ClusterConfig:
@@ -202,19 +200,7 @@ def broken(name: str) -> Iterator[None]:
 def test_deliberate_breaks_are_caught() -> None:
     """Each break changes some replay among the first seeds (interpreted: a compiled module calls
     the checks directly, so under the compiled core this test runs itself interpreted)."""
-    from corral import native
-
-    if native.active():
-        env = {**os.environ, "CORRAL_PURE_PYTHON": "1"}
-        here = f"{__file__}::test_deliberate_breaks_are_caught"
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", here],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    if ran_interpreted(__file__, "test_deliberate_breaks_are_caught"):
         return
     for name in BREAKS:
         seen = None
