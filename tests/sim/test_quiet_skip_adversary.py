@@ -26,6 +26,7 @@ from corral.sim.trace import TraceJob
 # a replay with node failures never ends while a job waits that no cycle can admit (a queue's
 # `lending_limit` may keep a borrower out for ever): both sides stop here
 HORIZON = 30 * 86400.0
+DURATIONS = [600.0, 2400.0, 9000.0, 20_000.0, 50_000.0]
 CLASSES = ["low", "normal", "normal", "normal", "high", "urgent"]
 
 
@@ -77,15 +78,15 @@ def random_trace(rng: random.Random, config: ClusterConfig, count: int) -> list[
             replicas, per = 1, rng.choice([1, 1, 1, 2, 4])
         elif kind < 0.8:
             replicas, per = rng.choice([2, 3]), rng.choice([largest, 4, 2])
-        elif kind < 0.9:
+        elif kind < 0.97:
             replicas, per = 1, largest
         else:
             replicas, per = rng.choice([1, 8]), rng.choice([16, largest])  # may never fit
         model: tuple[str, ...] = ()
         if rng.random() < 0.2:
-            model = (rng.choice(["a100", "h100", "v100"]),)
+            model = (rng.choice(["a100", "a100", "h100", "h100", "v100"]),)
         jobs.append(
-            TraceJob(job_id=f"j{i:03d}", submit_time=t, duration=rng.choice([600.0, 2400.0, 9000.0, 20_000.0, 50_000.0]),
+            TraceJob(job_id=f"j{i:03d}", submit_time=t, duration=rng.choice(DURATIONS),
                      gpus=replicas * per, replicas=replicas, gpus_per_replica=per, queue=rng.choice(queues),
                      time_limit=rng.choice([None, None, 1800.0, 3600.0, 3600.0, 10_000.0]),
                      priority=rng.choice(CLASSES), gpu_model=model, preemptible=rng.random() < 0.85,
@@ -154,7 +155,7 @@ def same(seed: int, policy: str, count: int) -> int:
     return on[3]
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), count=st.integers(30, 120))
 def test_default_on_random_clusters(seed: int, count: int) -> None:
     same(seed, "default", count)
@@ -170,8 +171,11 @@ def test_other_policies_are_untouched(seed: int, policy: str) -> None:
 
 
 def test_random_clusters_skip_cycles() -> None:
-    skipped = [same(seed, "default", 100) for seed in range(10)]
+    """The random clusters reach the skip (else the properties above show nothing): each
+    comparison also runs here on its own seeds."""
+    skipped = [same(seed, "default", 120) for seed in range(20)]
     assert sum(skipped) > 30, skipped
+    assert sum(1 for n in skipped if n) >= 15, skipped
 
 
 def spare_replay(skip: bool, spare: float, second: float) -> tuple[list[str], list[str], int]:
