@@ -213,3 +213,35 @@ def test_a_borrower_spared_between_two_arrivals() -> None:
         on, off = spare_replay(True, spare, second), spare_replay(False, spare, second)
         assert on[2] == 1 and off[2] == 0  # the second arrival's cycle is told
         assert on[:2] == off[:2]
+
+
+def dated_replay(skip: bool, start: float) -> tuple[list[str], list[str], int]:
+    """A (8 GPUs, 200,000 s limit) runs from `start`; B and B2 (8 GPUs each) wait from start + 10,
+    B with a reservation at A's end; C arrives at start + 149,900. From 1e9 - 150,000 on, A's end
+    lies after `reasons.UNIX_EPOCH_FLOOR` while the clock is below it: B's sentence names it as a
+    time of day, with its date at start + 10 (a day or more away) and without it at C's instant."""
+    config = parse_cluster_config(
+        {"nodes": [{"name": "n0", "gpus": 8}], "queues": [{"name": "a"}]}, source="t"
+    )
+    jobs = [
+        TraceJob(job_id=name, submit_time=start + t, duration=1e6, gpus=8, replicas=1, gpus_per_replica=8,
+                 queue="a", time_limit=limit)
+        for name, t, limit in [("A", 0.0, 200_000.0), ("B", 10.0, 3600.0), ("B2", 10.0, 3600.0),
+                               ("C", 149_900.0, 3600.0)]
+    ]  # fmt: skip
+    events: list[str] = []
+    cycles: list[str] = []
+    log = EventLog([lambda e: events.append(repr(sorted(e.items())))])
+    sim = Simulation(config, jobs, load_policy("default"), log, SimOptions(skip_quiet=skip))
+    sim.on_cycle = lambda r: cycles.append(repr((r.now, r.next_wake, sorted(r.reasons.items()))))
+    sim.run()
+    return events, cycles, sim.stats.skipped
+
+
+def test_a_time_of_day_named_before_the_clock_reaches_it() -> None:
+    """The skip told B's old sentence (with the date) where the cycle writes it without."""
+    on, off = dated_replay(True, 1e9 - 150_000.0), dated_replay(False, 1e9 - 150_000.0)
+    assert on[:2] == off[:2]
+    assert any("reserved to start at 15:40:00 UTC" in c for c in off[1])
+    on, off = dated_replay(True, 0.0), dated_replay(False, 0.0)  # far from it: C's cycle is told
+    assert on[2] == 1 and on[:2] == off[:2]
