@@ -13,7 +13,8 @@ checkpoint that may make a victim), a cycle at a later instant decides what that
 nothing that blocked a job can have moved but the time, and what moves with the time is bounded
 by the cycle's `next_wake` (backoffs, protections, reservations) or only shrinks (a backfill
 window); the sentences that name when a job would end are written again for the new instant
-(`at_time`).
+(`at_time`); where someone reads the reasons, one that names a time of day (a time at or after
+`reasons.UNIX_EPOCH_FLOOR`, written with its date only a day or more away) makes the cycle run.
 
 `skip` tells each new job what a cycle would: it comes after every job of its family (a job of
 a higher class comes before its queue's other jobs, but after its own family's), so what the
