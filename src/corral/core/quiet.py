@@ -13,7 +13,8 @@ checkpoint that may make a victim), a cycle at a later instant decides what that
 nothing that blocked a job can have moved but the time, and what moves with the time is bounded
 by the cycle's `next_wake` (backoffs, protections, reservations) or only shrinks (a backfill
 window); the sentences that name when a job would end are written again for the new instant
-(`at_time`).
+(`at_time`); where someone reads the reasons, one that names a time of day (a time at or after
+`reasons.UNIX_EPOCH_FLOOR`, written with its date only a day or more away) makes the cycle run.
 
 `skip` tells each new job what a cycle would: it comes after every job of its family (a job of
 a higher class comes before its queue's other jobs, but after its own family's), so what the
@@ -69,6 +70,7 @@ class Quiet:
 
     __slots__ = (
         "checkpoint_wakes",
+        "dated",
         "ends",
         "mark",
         "next_wake",
@@ -103,6 +105,8 @@ class Quiet:
         self.reservations = result.reservations  # (made again alike by every cycle until a change)
         # every job's reason at `now` (kept only where someone reads them: `ClusterState.runs_read`)
         self.told: Reasons | dict[JobId, Reason] | None = told
+        # whether a reason in `told` names a time of day (`dated`), found when `told` is unfolded
+        self.dated = False
 
 
 def leave(
@@ -159,6 +163,13 @@ def skip(state: ClusterState, profile: Profile, now: float, quiet: Quiet) -> Cyc
         told_new.append((job, *found))
     if not last_in_families(state, new):
         return None
+    every = quiet.told
+    if every is not None:  # someone reads every job's reason
+        if isinstance(every, Reasons):
+            every = quiet.told = dict(every.items())
+            quiet.dated = any(dated(why) for why in every.values())
+        if quiet.dated or any(said is not None and dated(said) for _, said, _ in told_new):
+            return None
     if profile.usage_half_life:  # what the cycle does first; at `now` again it does nothing
         advance_usage(state, now, profile.usage_half_life)
     if _order(state, profile) != quiet.order:
@@ -169,10 +180,7 @@ def skip(state: ClusterState, profile: Profile, now: float, quiet: Quiet) -> Cyc
     result.reservations = list(quiet.reservations)
     reject_never_fitting(state, result)  # rejects none (their keys fit), computes their requests
     reasons = result.reasons
-    every = quiet.told
-    if every is not None:  # someone reads every job's reason: the old ones, written for `now`
-        if isinstance(every, Reasons):
-            every = quiet.told = dict(every.items())
+    if every is not None:  # the old reasons, written for `now`
         for job_id, why in every.items():
             reasons[job_id] = at_time(why, quiet.now, now, state.jobs[job_id])
     for job, said, then in told_new:
@@ -254,6 +262,14 @@ def last_in_families(state: ClusterState, new: list[PendingJob]) -> bool:
         if bisect_left(keys, job.key) < len(keys) - count[job.family]:
             return False
     return True
+
+
+def dated(why: Reason) -> bool:
+    """Whether `why` may name a time at or after `UNIX_EPOCH_FLOOR` (a reservation's start, a
+    protection's end, before the simulation's clock reaches it): `reasons.clock` writes it as a
+    time of day, with the date only when it lies a day or more from the cycle's instant, so the
+    sentence of a later instant may differ; such a cycle runs."""
+    return "UTC" in why.message
 
 
 def at_time(why: Reason, then: float, now: float, job: PendingJob) -> Reason:
