@@ -117,3 +117,45 @@ def test_reported_checkpoints_make_default_take_the_victim_that_loses_least() ->
     events = replay(jobs, "default", c, preemption=PreemptionCost(0.0))
     preempt = next(e for e in events if e["event"] == "preempt")
     assert preempt["job"] == "saver" and preempt["lost_gpu_seconds"] < 100 * 4
+
+
+def test_a_job_no_cycle_can_admit_is_rejected_though_nodes_keep_failing() -> None:
+    """Queue b may borrow nothing (a lends none of its quota), so b's job can never start; with
+    node failures, failures and repairs would follow one another for ever: the replay rejects
+    the job once nothing runs and only failures are due, as it does without failures."""
+    cfg = parse_cluster_config(
+        {
+            "nodes": [{"name": f"n{i}", "gpus": 8} for i in range(2)],
+            "queues": [
+                {"name": "a", "quota": 16, "lending_limit": 0, "cohort": "lab"},
+                {"name": "b", "quota": 0, "cohort": "lab"},
+            ],
+        },
+        source="t",
+    )
+    trace = [
+        TraceJob(
+            job_id="j0", submit_time=0.0, duration=600.0, gpus=1, replicas=1, gpus_per_replica=1, queue="a"
+        ),
+        TraceJob(
+            job_id="j1", submit_time=10.0, duration=600.0, gpus=1, replicas=1, gpus_per_replica=1, queue="b"
+        ),
+    ]
+    for mtbf in (None, 86_400.0, 300.0):
+        events: list[dict[str, Any]] = []
+        sim = Simulation(
+            cfg,
+            trace,
+            load_policy("default"),
+            EventLog([events.append]),
+            SimOptions(node_mtbf=mtbf, node_repair=600.0),
+        )
+        sim.begin()
+        steps = 0
+        while sim.step():
+            steps += 1
+            assert steps < 10_000, f"the replay does not end (node_mtbf {mtbf})"
+        ends = {e["job"]: e for e in events if e["event"] in ("finish", "reject")}
+        assert ends["j0"]["event"] == "finish"
+        assert ends["j1"]["event"] == "reject"
+        assert "can never start" in ends["j1"]["reason"]

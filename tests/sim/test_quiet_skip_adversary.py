@@ -23,8 +23,9 @@ from corral.sim.engine import SimOptions, Simulation
 from corral.sim.eventlog import EventLog
 from corral.sim.trace import TraceJob
 
-# a replay with node failures never ends while a job waits that no cycle can admit (a queue's
-# `lending_limit` may keep a borrower out for ever): both sides stop here
+# a guard: with node failures, a replay whose waiting jobs no cycle can admit (a queue's
+# `lending_limit` may keep a borrower out for ever) once went on for ever; it now rejects them
+# (`Simulation._only_failures_due`), and both sides stop here at the latest
 HORIZON = 30 * 86400.0
 DURATIONS = [600.0, 2400.0, 9000.0, 20_000.0, 50_000.0]
 CLASSES = ["low", "normal", "normal", "normal", "high", "urgent"]

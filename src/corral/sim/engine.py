@@ -189,10 +189,17 @@ class Simulation:
                 self.on_cycle(told)
         else:
             self._cycle(now)
-        if not events and i >= n and state.jobs and not state.running:
+        if i >= n and state.jobs and not state.running and self._only_failures_due():
             self._stuck(now)
             return False
         return True
+
+    def _only_failures_due(self) -> bool:
+        """Whether nothing but node failures is due (none at all included): no end, stop,
+        checkpoint, repair or cycle wake. With nothing running and every node up, a cycle that
+        started nothing never will: a failure only takes capacity away until its repair restores
+        this very state, and what moves with the time alone asks for a cycle wake."""
+        return all(kind == _FAIL_NODE for _, kind, _, _ in self.events)
 
     # ---- jobs given one by one (tests, what-if tools) ---------------------------------------
     def add(self, spec: JobSpec, duration: float, checkpoint_interval: float | None = None) -> None:
