@@ -37,11 +37,11 @@ from corral.policies.tiresias_memo import FreshMemo
 from corral.policies.victims import (
     PriorityReclaimArgs,
     protected,
-    reclaim_eligible,
     reclaim_group_eligible,
     reclaim_groups,
     reclaim_order_key,
     reclaim_permit,
+    reclaim_unprotected,
 )
 
 _first = itemgetter(0)
@@ -157,22 +157,36 @@ class Tiresias:
     def eligible(
         self, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
     ) -> bool:
-        mine, theirs = preemptor.spec, victim.spec
-        if reclaim_eligible(self.args, preemptor, victim, state, now):
-            return theirs.queue == mine.queue or self._patient(preemptor, victim, now)
-        if theirs.queue != mine.queue or theirs.priority != mine.priority or protected(victim, state, now):
+        if protected(victim, state, now):
             return False
+        return self._unprotected(preemptor, victim, state, now, self.job_level(preemptor), None)
+
+    def _unprotected(
+        self,
+        preemptor: PendingJob,
+        victim: RunningAttempt,
+        state: ClusterState,
+        now: float,
+        level: int,
+        patience_over: bool | None,
+    ) -> bool:
+        """`eligible` of a victim known not to be `protected`, the preemptor's level given (and
+        whether its patience is over, None: not asked yet)."""
+        mine, theirs = preemptor.spec, victim.spec
+        if theirs.queue != mine.queue:
+            # reclaim, of a borrower that would lose at most `max_lost`, or any once the
+            # preemptor's patience is over (the guarantee, later)
+            if not reclaim_unprotected(self.args, preemptor, victim, state, now):
+                return False
+            if patience_over is None:
+                patience_over = self._patience_over(preemptor, now)
+            return patience_over or now - max(victim.start, victim.last_checkpoint) <= self.args.max_lost
+        if theirs.priority != mine.priority:
+            return mine.priority > theirs.priority  # a lower class of its own queue
         if now - max(victim.start, victim.last_checkpoint) > self.args.max_lost:
             return False
         served = victim.job.attained + theirs.gpus * (now - victim.start)
-        return self.level(served) > self.job_level(preemptor)
-
-    def _patient(self, preemptor: PendingJob, victim: RunningAttempt, now: float) -> bool:
-        """Whether reclaim may take this borrower: it would lose at most `max_lost`, or the
-        preemptor was submitted `patience` or more ago (the guarantee, later)."""
-        if self._patience_over(preemptor, now):
-            return True
-        return now - max(victim.start, victim.last_checkpoint) <= self.args.max_lost
+        return self.level(served) > level
 
     def group_eligible(
         self, preemptor: PendingJob, queue: QueueName, priority: int, state: ClusterState, now: float
@@ -188,8 +202,11 @@ class Tiresias:
     def rank(
         self, preemptor: PendingJob, attempts: Iterable[RunningAttempt], state: ClusterState, now: float
     ) -> list[RunningAttempt]:
+        level, over = self.job_level(preemptor), self._patience_over(preemptor, now)
         keyed = [
-            (reclaim_order_key(a, state, now), a) for a in attempts if self.eligible(preemptor, a, state, now)
+            (reclaim_order_key(a, state, now), a)
+            for a in attempts
+            if not protected(a, state, now) and self._unprotected(preemptor, a, state, now, level, over)
         ]
         keyed.sort(key=_first)
         return [a for _, a in keyed]

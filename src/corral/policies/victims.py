@@ -115,8 +115,13 @@ def reclaim_eligible(
     args: PriorityReclaimArgs, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
 ) -> bool:
     """`PriorityReclaim.eligible`: a higher class of its queue, or reclaim across queues."""
-    if protected(victim, state, now):
-        return False
+    return not protected(victim, state, now) and reclaim_unprotected(args, preemptor, victim, state, now)
+
+
+def reclaim_unprotected(
+    args: PriorityReclaimArgs, preemptor: PendingJob, victim: RunningAttempt, state: ClusterState, now: float
+) -> bool:
+    """`reclaim_eligible` of a victim known not to be `protected`."""
     mine, theirs = preemptor.spec, victim.spec
     if theirs.queue == mine.queue:
         return mine.priority > theirs.priority
