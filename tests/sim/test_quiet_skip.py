@@ -63,9 +63,12 @@ def trace(seed: int, count: int) -> list[TraceJob]:
     return jobs
 
 
-def replay(seed: int, skip: bool, nodes: int = 2, count: int = 120) -> tuple[list[str], list[str], int, int]:
-    """The event log, every cycle's reasons (as `bench/replay_hashes.py --reasons` reads them), the
-    number of cycles and how many of them were told without running."""
+def recorded(
+    sim: Simulation, read: bool = True, horizon: float | None = None
+) -> tuple[list[str], list[str], int, int]:
+    """Play `sim` to its end (or `horizon`): the event log, every cycle's reasons (as
+    `bench/replay_hashes.py --reasons` reads them; none when not `read`: then no one reads them),
+    the number of cycles and how many of them were told without running."""
     events: list[str] = []
     cycles: list[str] = []
 
@@ -74,30 +77,29 @@ def replay(seed: int, skip: bool, nodes: int = 2, count: int = 120) -> tuple[lis
         others = None if result.others is None else result.others.message
         cycles.append(repr((result.now, result.next_wake, others, told)))
 
-    sim = Simulation(
-        cluster(nodes),
-        trace(seed, count),
-        load_policy("default"),
-        EventLog([lambda e: events.append(repr(sorted(e.items())))]),
-        SimOptions(skip_quiet=skip),
-    )
-    sim.on_cycle = cycle
-    sim.run()
+    sim.log.sinks.append(lambda e: events.append(repr(sorted(e.items()))))
+    if read:
+        sim.on_cycle = cycle
+    sim.begin()
+    while sim.step() and (horizon is None or sim.stats.end_time < horizon):
+        pass
     return events, cycles, sim.stats.cycles, sim.stats.skipped
+
+
+def simulation(seed: int, skip: bool, nodes: int, count: int) -> Simulation:
+    return Simulation(
+        cluster(nodes), trace(seed, count), load_policy("default"), EventLog([]), SimOptions(skip_quiet=skip)
+    )
+
+
+def replay(seed: int, skip: bool, nodes: int = 2, count: int = 120) -> tuple[list[str], list[str], int, int]:
+    """`recorded` of the random trace `seed` on `nodes` nodes."""
+    return recorded(simulation(seed, skip, nodes, count))
 
 
 def log_only(seed: int, skip: bool, nodes: int = 2, count: int = 120) -> list[str]:
     """The event log of a replay that nobody reads the reasons of (no `on_cycle`)."""
-    events: list[str] = []
-    sim = Simulation(
-        cluster(nodes),
-        trace(seed, count),
-        load_policy("default"),
-        EventLog([lambda e: events.append(repr(sorted(e.items())))]),
-        SimOptions(skip_quiet=skip),
-    )
-    sim.run()
-    return events
+    return recorded(simulation(seed, skip, nodes, count), read=False)[0]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

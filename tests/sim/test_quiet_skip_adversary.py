@@ -16,12 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corral.config.cluster_file import ClusterConfig, parse_cluster_config
-from corral.core.decisions import CycleResult
 from corral.core.plugins import Profile
 from corral.policies.registry import load_policy
 from corral.sim.engine import SimOptions, Simulation
 from corral.sim.eventlog import EventLog
 from corral.sim.trace import TraceJob
+from tests.sim.test_quiet_skip import recorded
 
 # a guard: with node failures, a replay whose waiting jobs no cycle can admit (a queue's
 # `lending_limit` may keep a borrower out for ever) once went on for ever; it now rejects them
@@ -124,23 +124,7 @@ def replay(seed: int, policy: str, skip: bool, count: int, read: bool = True) ->
         min_interval=rng.choice([0.0, 0.0, 0.0, 10.0]),
         seed=seed,
     )
-    events: list[str] = []
-    cycles: list[str] = []
-
-    def cycle(result: CycleResult) -> None:
-        told = sorted((job, r.code.value, r.message, r.at) for job, r in result.reasons.items())
-        others = None if result.others is None else result.others.message
-        cycles.append(repr((result.now, result.next_wake, others, told)))
-
-    sim = Simulation(
-        config, jobs, profile, EventLog([lambda e: events.append(repr(sorted(e.items())))]), options
-    )
-    if read:
-        sim.on_cycle = cycle
-    sim.begin()
-    while sim.step() and sim.stats.end_time < HORIZON:
-        pass
-    return events, cycles, sim.stats.cycles, sim.stats.skipped
+    return recorded(Simulation(config, jobs, profile, EventLog([]), options), read, HORIZON)
 
 
 def same(seed: int, policy: str, count: int) -> int:
