@@ -1,10 +1,10 @@
 """The scenario suite through the simulator: every scenario replayed on its virtual clock.
 
 Every `*.yaml` scenario that test_scenarios.py runs through the core runs here through the
-engine of `corral simulate` (`Simulation`, stepped one instant at a time). Steps translate as
+engine of `corral simulate` (`GivenSimulation`, stepped one instant at a time). Steps translate as
 follows:
-- `running`: the job is restored on exactly its node and GPUs (`Simulation.restore`);
-- `submit`: the job arrives at the step's `at` (`Simulation.add`);
+- `running`: the job is restored on exactly its node and GPUs (`GivenSimulation.restore`);
+- `submit`: the job arrives at the step's `at` (`GivenSimulation.add`);
 - `end`: nothing is told to the simulator. A job's duration is what makes it finish at the
   step that lists it under `end`, counted from the step where it started (a `running` entry,
   or the first step that expects it to start); a job that never ends runs past the scenario;
@@ -30,8 +30,9 @@ from corral.config.job_spec import parse_job_spec, to_job_spec
 from corral.core.decisions import CycleResult
 from corral.core.model import JobId, JobSpec, NodeName
 from corral.policies.registry import load_policy
-from corral.sim.engine import SimOptions, Simulation
+from corral.sim.engine import SimOptions
 from corral.sim.eventlog import EventLog
+from corral.sim.given import GivenSimulation
 from corral.sim.jobmodel import PreemptionCost, Slowdown
 from tests.helpers import check_no_double_allocation
 from tests.scenarios.test_scenarios import SCENARIOS, Scenario, check, load
@@ -68,7 +69,7 @@ class SimScenario:
             slowdown=Slowdown(0.0, 0.0, 0.0), preemption=PreemptionCost(restart_overhead=0.0)
         )
         profile = load_policy(self.doc.get("policy", "default"), self.doc.get("policy_args"))
-        self.sim = Simulation(self.cluster, [], profile, EventLog([self.events.append]), options)
+        self.sim = GivenSimulation(self.cluster, [], profile, EventLog([self.events.append]), options)
         self.sim.on_cycle = self.record
         self.work = durations(self.doc["steps"])
         self.restored: set[str] = set()

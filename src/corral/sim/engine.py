@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 import heapq
 import random
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import cast
 
@@ -25,12 +24,11 @@ from corral.core.eventshape import ending_line, preempting_line, reject_line, st
 from corral.core.model import (
     INFINITY,
     JobId,
-    JobSpec,
     NodeName,
     NodeState,
     Placement,
 )
-from corral.core.placement import Request, to_placement
+from corral.core.placement import Request
 from corral.core.plugins import Profile
 from corral.core.quiet import Quiet, skip
 from corral.core.request import request_for
@@ -40,7 +38,7 @@ from corral.sim.eventlog import EventLog, placement_json
 from corral.sim.gcpause import rare_collections
 from corral.sim.ideal import IdealSpans
 from corral.sim.options import SimOptions, SimStats
-from corral.sim.simjob import JobMaker, SimJob, span_of, trace_of
+from corral.sim.simjob import JobMaker, SimJob, span_of
 from corral.sim.trace import TraceJob
 
 __all__ = ["SimOptions", "SimStats", "Simulation"]  # the options live in sim/options.py
@@ -200,43 +198,6 @@ class Simulation:
         started nothing never will: a failure only takes capacity away until its repair restores
         this very state, and what moves with the time alone asks for a cycle wake."""
         return all(kind == _FAIL_NODE for _, kind, _, _ in self.events)
-
-    # ---- jobs given one by one (tests, what-if tools) ---------------------------------------
-    def add(self, spec: JobSpec, duration: float, checkpoint_interval: float | None = None) -> None:
-        """Submit one more job at `spec.submit_time`, which must not be before `next_time()`.
-
-        Its spec is taken as given (queue, class and time limit already resolved); it arrives
-        after the jobs already due at the same time.
-        """
-        job = SimJob(trace_of(spec, duration, checkpoint_interval), spec, duration)
-        times = [a.trace.submit_time for a in self.arrivals[self._arrived :]]
-        self.arrivals.insert(self._arrived + bisect_right(times, spec.submit_time), job)
-        self.stats.jobs += 1
-
-    def restore(
-        self,
-        spec: JobSpec,
-        duration: float,
-        placement: Sequence[tuple[NodeName, Sequence[int]]],
-        started: float,
-    ) -> None:
-        """A job that already runs on exactly these GPUs since `started` (a cluster's current work).
-
-        It is logged as submitted and started at `started`, which must not be before the instants
-        already played, and ends `duration` seconds of work after it (or at its time limit).
-        """
-        state = self.state
-        self._quiet = None  # a start outside a cycle
-        job = SimJob(trace_of(spec, duration, None), spec, duration)
-        self.jobs[spec.id] = job
-        self.stats.jobs += 1
-        self._submit(job, started)
-        pending = state.remove_pending(spec.id)
-        state.unchecked.remove(pending)
-        masks = [(state.node_ids[node], sum(1 << g for g in gpus)) for node, gpus in placement]
-        attempt = state.start(pending, masks, started)
-        state.plan.commit()
-        self._launch(spec.id, attempt.attempt, to_placement(state, masks), False, started)
 
     def _stuck(self, now: float) -> None:
         """Nothing runs and nothing will arrive: the rest can never start (e.g. nodes down forever)."""

@@ -92,7 +92,7 @@ class JobMaker:
 
 
 def trace_of(spec: JobSpec, duration: float, checkpoint_interval: float | None) -> TraceJob:
-    """The trace row of a job given by its spec (`Simulation.add` and `restore`)."""
+    """The trace row of a job given by its spec (`GivenSimulation.add` and `restore`, sim/given.py)."""
     return TraceJob(
         job_id=spec.id, submit_time=spec.submit_time, duration=duration, gpus=spec.gpus, queue=spec.queue,
         replicas=spec.replicas, gpus_per_replica=spec.gpus_per_replica, priority=spec.priority_class,
