@@ -162,9 +162,7 @@ def test_counts_alone_would_place_a_gang_where_its_cpus_do_not_fit() -> None:
     assert not countable(req)
 
 
-def _misses_lifted(
-    state: ClusterState, req: Request, lifted: list[reserve.Reservation], bound: bool
-) -> bool:
+def _misses_lifted(state: ClusterState, req: Request, lifted: list[reserve.Reservation], bound: bool) -> bool:
     """`reserve.misses_lifted`, asked afresh (its memory emptied) with `REPLICA_BOUND` on or off."""
     was = reserve.REPLICA_BOUND
     reserve.REPLICA_BOUND = bound
