@@ -162,10 +162,22 @@ def test_counts_alone_would_place_a_gang_where_its_cpus_do_not_fit() -> None:
     assert not countable(req)
 
 
+def _misses_lifted(state: ClusterState, req: Request, lifted: list[reserve.Reservation], bound: bool) -> bool:
+    """`reserve.misses_lifted`, asked afresh (its memory emptied) with `REPLICA_BOUND` on or off."""
+    was = reserve.REPLICA_BOUND
+    reserve.REPLICA_BOUND = bound
+    try:
+        state.lift_memo = (-1, {})
+        return reserve.misses_lifted(state, req, lifted, frozenset())
+    finally:
+        reserve.REPLICA_BOUND = was
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_a_miss_told_on_counts_is_the_miss_of_lifting_and_placing(data: st.DataObject) -> None:
-    """`reserve.misses_lifted` (backfill) answers as lifting the reservations and placing does."""
+    """`reserve.misses_lifted` (backfill) answers as lifting the reservations and placing does,
+    with its count of whole replicas first (`REPLICA_BOUND`) and without."""
     state = data.draw(clusters())
     n_queues, policy = len(state.queues), load_policy("default")
     for cycle in range(3):
@@ -192,7 +204,7 @@ def test_a_miss_told_on_counts_is_the_miss_of_lifting_and_placing(data: st.DataO
             continue
         ends_by = float(data.draw(st.integers(0, 12)))
         lifted = [r for r in held if r.start >= ends_by]
-        told = reserve.misses_lifted(state, req, lifted, frozenset())
+        told = _misses_lifted(state, req, lifted, data.draw(st.booleans()))
         mark = state.plan.checkpoint()
         reserve.lift(state, lifted, ends_by)
         missed = not isinstance(place(state, req, explain=False), list)

@@ -26,6 +26,9 @@ run with the memory and without it: every decision and reason must match.
 - `backfill.REMEMBER_ENDS`: the cycle answers `backfill.backfill_end` from its memory (`Ends`,
   compared field by field in `_Cycle.backfill_end`) while its epoch and the base id hold. The
   histories differ when the memory outlives a reservation, a start or a node's change.
+- `reserve.REPLICA_BOUND`: a backfill attempt's miss with reservations lifted (`misses_lifted`) is
+  told by counting the cluster's whole replicas (`counted.replicas_with`) before `place_counts`.
+  The histories differ when the count says a miss with enough replicas (`<=` for `<`).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corral.core import backfill, narrow, preemption
+from corral.core import backfill, narrow, preemption, reserve
 from tests.core.test_preemption_memo import both, busy
 from tests.core.test_repeats import play
 from tests.core.test_victim_nodes import mixed
@@ -50,6 +53,7 @@ SWITCHES = pytest.mark.parametrize(
         (narrow, "FEW_FIRST"),
         (narrow, "LAZY_OVERLAY"),
         (backfill, "REMEMBER_ENDS"),
+        (reserve, "REPLICA_BOUND"),
     ],
 )
 POLICIES = st.sampled_from(["las", "default", "tiresias"])

@@ -35,6 +35,28 @@ def countable(req: Request) -> bool:
     )
 
 
+def replicas_with(state: ClusterState, req: Request, avail: dict[int, int]) -> int:
+    """Replicas of `g` GPUs that the request's classes hold in the whole cluster were the nodes of
+    `avail` at those counts: what `place_counts` counts first (`_View.replicas` of the root),
+    without building its view. Fewer than the gang's replicas: `place_counts` answers None."""
+    g, classes, base, node_class = req.gpus_per_replica, req.classes, state.index.avail, state.node_class
+    replicas = 0
+    per_class = state.index.buckets[0]
+    for cls in classes:
+        bl = per_class.get(cls)
+        if bl is None:
+            continue
+        for k in range(g, len(bl)):
+            count = len(bl[k])
+            if count:
+                replicas += count * (k // g)
+    for node, new in avail.items():
+        old = base[node]
+        if new != old and (new >= g or old >= g) and node_class[node] in classes:
+            replicas += new // g - old // g
+    return replicas
+
+
 class NeedsAll(Exception):
     """`place_counts(..., whole=True)` cannot tell: domains are compared by their free GPUs."""
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from heapq import merge
 
-from corral.core.counted import NeedsAll, countable, place_counts
+from corral.core.counted import NeedsAll, countable, place_counts, replicas_with
 from corral.core.estimates import Estimate
 from corral.core.first_release import ReleaseCounts, WholeNodes, first_possible
 from corral.core.fit_reads import NEVER, Reads
@@ -37,6 +37,9 @@ Remembered = tuple[int, tuple[tuple[int, int], ...], object, object]
 
 _MEMO_SIZE = 4096  # requests remembered at most (the memory is emptied when full)
 _PER_REQUEST = 4  # answers remembered per request, for as many sets of reserved GPUs (the latest)
+# a backfill attempt's miss told by counting the cluster's whole replicas first (`misses_lifted`;
+# False: `place_counts` always: tests compare)
+REPLICA_BOUND = True
 REMEMBER = True  # bench/replay_hashes.py --search-again turns the memory off (interpreted) to compare
 WHOLE_NODES = True  # tests turn the search by wholly released nodes off to compare it with the walk
 READS = True  # False: an answer is remembered only while the state is the same (tests compare)
@@ -291,6 +294,9 @@ def misses_lifted(
         for node, count in r.capacity:
             gpus[node] = gpus.get(node, 0) + count
     avail = {node: state.available_lifting(node, count) for node, count in gpus.items()}
+    if REPLICA_BOUND and replicas_with(state, req, avail) < req.replicas:
+        missed = memo[key] = True  # (what `place_counts` finds first: too few replicas anywhere)
+        return missed
     missed = memo[key] = place_counts(state, req, avail) is None
     return missed
 
