@@ -32,7 +32,7 @@ from corral.core.jobs import PendingJob, RunningAttempt
 from corral.core.model import QueueName
 from corral.core.occupancy import WAITING
 from corral.core.state import ClusterState
-from corral.policies import tiresias_memo
+from corral.policies import tiresias_fresh, tiresias_memo
 from corral.policies.tiresias_memo import FreshMemo
 from corral.policies.victims import (
     PriorityReclaimArgs,
@@ -259,23 +259,8 @@ class Tiresias:
     ) -> list[RunningAttempt]:
         """The group's candidates checkpointed (or started) since `now - max_lost` whose attained
         service has reached `floor` (`every` False: only the first found), newest first: only
-        those are read (`Occupancy.fresh`), not the whole group."""
-        occupancy = state.occupancy
-        members = occupancy.members.get(group)
-        found: list[RunningAttempt] = []
-        if members is None:
-            return found
-        entries = occupancy.fresh(group)
-        cutoff = now - self.args.max_lost
-        i = len(entries) - 1
-        while i >= 0 and entries[i][0] >= cutoff:
-            a = members[entries[i][1]]
-            if a.start < now and a.job.attained + a.spec.gpus * (now - a.start) >= floor:
-                found.append(a)
-                if not every:
-                    break
-            i -= 1
-        return found
+        those are read (`tiresias_fresh`), not the whole group."""
+        return tiresias_fresh.fresh(state.occupancy, group, now, now - self.args.max_lost, floor, every)
 
     def service_floor(self, preemptor: PendingJob) -> float | None:
         return None  # its levels read the queue's own attempts and reclaim takes any: no floor

@@ -1,0 +1,115 @@
+"""`tiresias`' fresh candidates read from the candidates that reached the floor, and its own-queue
+rankings read from what `narrow` keeps, decide as before.
+
+- `tiresias_fresh.BY_REACHING`: a group's candidates that checkpointed within `max_lost` and whose
+  service reached a floor are read from `served.Reaching` when fewer candidates may have reached
+  the floor than checkpointed within `max_lost`: the same attempts in the same order.
+- `preempt.AMONG`: the rankings of `SameQueue` (preemption to make room in a queue's quota, and
+  own-queue searches after a refused set) read, of a group it does not narrow, only the attempts
+  the inner plugin's `narrow` keeps (`SameQueue.among`): the same ranking.
+
+Random clusters of `test_narrowed_bound.searched` (attempts of 1 to 16 GPUs, some with earlier
+service, some checkpointed), asked directly at many floors and `max_lost`; and the histories of
+`test_tiresias_memo.history` (levels crossed, checkpoints and ends between cycles, cycles at the
+same instant), with each switch and without, with `tiresias_memo`'s memory and without.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from corral.core import preempt
+from corral.core.preempt import ranked_candidates, select_victims
+from corral.core.same_queue import SameQueue
+from corral.policies import tiresias_fresh, tiresias_memo
+from tests.core.test_narrowed_bound import NOW, outcome, searched
+from tests.core.test_preemption_memo import both
+from tests.core.test_tiresias_memo import history
+
+FLOORS = (1.0, 60.0, 5000.0, 20_000.0, 36_000.0, 60_000.0, 200_000.0)
+LOST = (0.0, 10.0, 500.0, 4000.0, 10_000.0)
+
+
+def fresh_answers(seed: int) -> tuple[list[Any], int]:
+    """Per group, floor, cutoff and `every`: the answer of the checkpoints' suffix, of the
+    candidates that reached the floor, and of `fresh` (which chooses); and how many questions
+    `fresh` answered from the candidates that reached the floor."""
+    state, _, _, _ = searched(seed)
+    occupancy = state.occupancy
+    occupancy.settle(NOW)
+    out: list[Any] = []
+    chose = 0
+    for group in sorted(occupancy.members):
+        for floor in FLOORS:
+            for lost in LOST:
+                cutoff = NOW - lost
+                for every in (True, False):
+                    by = tiresias_fresh._by_reaching(occupancy, group, NOW, cutoff, floor, every)
+                    chosen = tiresias_fresh.fresh(occupancy, group, NOW, cutoff, floor, every)
+                    with pytest.MonkeyPatch.context() as patch:
+                        patch.setattr(tiresias_fresh, "BY_REACHING", False)
+                        suffix = tiresias_fresh.fresh(occupancy, group, NOW, cutoff, floor, every)
+                    entries = occupancy.fresh(group)
+                    window = sum(1 for e in entries if e[0] >= cutoff)
+                    chose += occupancy.reaching.count(floor, NOW) < window
+                    out.append(
+                        (
+                            every,
+                            [a.spec.id for a in suffix],
+                            [a.spec.id for a in by],
+                            [a.spec.id for a in chosen],
+                        )
+                    )
+    return out, chose
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_fresh_candidates_are_the_same_either_way(seed: int) -> None:
+    answers, _ = fresh_answers(seed)
+    for every, suffix, by, chosen in answers:
+        if every:
+            assert by == suffix
+            assert chosen == suffix
+        else:  # at most one, asked only whether there is one
+            assert bool(by) == bool(suffix) == bool(chosen)
+            assert len(by) <= 1 and len(chosen) <= 1
+
+
+def test_fresh_reads_the_reaching_candidates_often() -> None:
+    """The clusters draw questions that `fresh` answers from the candidates that reached the floor."""
+    chose = sum(fresh_answers(seed)[1] for seed in range(20))
+    assert chose > 100, chose
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_own_queue_rankings_are_the_same_among_what_narrow_keeps(seed: int) -> None:
+    state, plugin, job, req = searched(seed)
+    same = SameQueue(plugin)
+    with pytest.MonkeyPatch.context() as patch:
+        shortcut = (
+            [a.spec.id for a in ranked_candidates(state, same, job, NOW)],
+            outcome(select_victims(state, same, job, req, NOW)),
+        )
+        patch.setattr(preempt, "AMONG", False)
+        long_way = (
+            [a.spec.id for a in ranked_candidates(state, same, job, NOW)],
+            outcome(select_victims(state, same, job, req, NOW)),
+        )
+    assert shortcut == long_way
+
+
+@pytest.mark.parametrize("module,name", [(tiresias_fresh, "BY_REACHING"), (preempt, "AMONG")])
+@pytest.mark.parametrize("remember", [True, False])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), walk=st.booleans())
+def test_histories_decide_alike(module: Any, name: str, remember: bool, seed: int, walk: bool) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tiresias_memo, "REMEMBER", remember)
+        shortcut, long_way = both(history, seed, walk=walk, switch=(module, name))
+    assert shortcut == long_way
