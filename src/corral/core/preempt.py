@@ -187,7 +187,8 @@ def _by_aggregates(
     node_class = state.node_class
     potential: dict[int, int] = {}
     node_groups = Overlay(state.occupancy.groups, few)  # narrowed groups: their few attempts
-    for node in range(len(state.occupancy.groups)):
+    read = node_groups.nodes(state, ok, req.classes, g)  # every group narrowed: where they are
+    for node in range(len(state.occupancy.groups)) if read is None else read:
         have = (avail[node] - owed.get(node, 0) if owed else avail[node]) + node_groups.have(node, ok)
         if have >= g and node_class[node] in allowed and state.is_schedulable(node):
             potential[node] = have
