@@ -4,6 +4,9 @@ rankings read from what `narrow` keeps, decide as before.
 - `tiresias_fresh.BY_REACHING`: a group's candidates that checkpointed within `max_lost` and whose
   service reached a floor are read from `served.Reaching` when fewer candidates may have reached
   the floor than checkpointed within `max_lost`: the same attempts in the same order.
+- `tiresias_fresh.SERVING`: when the first attempt of a group inside its minimum run time becomes
+  one a preemptor below the first level may take is read from the attempts whose service then
+  reaches the first level (`Occupancy.serving`), not from every attempt inside it: the same time.
 - `preempt.AMONG`: the rankings of `SameQueue` (preemption to make room in a queue's quota, and
   own-queue searches after a refused set) read, of a group it does not narrow, only the attempts
   the inner plugin's `narrow` keeps (`SameQueue.among`): the same ranking.
@@ -16,6 +19,7 @@ same instant), with each switch and without, with `tiresias_memo`'s memory and w
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -23,12 +27,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corral.core import preempt
+from corral.core.cycle import schedule
+from corral.core.model import JobId, JobSpec, QueueName
 from corral.core.preempt import ranked_candidates, select_victims
 from corral.core.same_queue import SameQueue
 from corral.policies import tiresias_fresh, tiresias_memo
+from corral.policies.registry import load_policy
 from tests.core.test_narrowed_bound import NOW, outcome, searched
 from tests.core.test_preemption_memo import both
-from tests.core.test_tiresias_memo import history
+from tests.core.test_repeats import CLASSES
+from tests.core.test_tiresias_memo import SHAPES, cluster, history
 
 FLOORS = (1.0, 60.0, 5000.0, 20_000.0, 36_000.0, 60_000.0, 200_000.0)
 LOST = (0.0, 10.0, 500.0, 4000.0, 10_000.0)
@@ -104,7 +112,62 @@ def test_own_queue_rankings_are_the_same_among_what_narrow_keeps(seed: int) -> N
     assert shortcut == long_way
 
 
-@pytest.mark.parametrize("module,name", [(tiresias_fresh, "BY_REACHING"), (preempt, "AMONG")])
+def protection_answers(seed: int) -> list[Any]:
+    """`protection_end` of every group at several instants, floors and `max_lost`, on a cluster
+    where jobs of every class (`low` and `normal`: 600 s of minimum run time) and of several
+    earlier services start at two instants, some checkpoint, some end, and some start again."""
+    rng = random.Random(seed)
+    state = cluster(rng)
+    profile = load_policy("tiresias", {"tiresias": {"thresholds": [1e9]}})  # nothing preempted
+    queues = list(state.queues)
+    out: list[Any] = []
+    seq = 0
+    for now in (0.0, 200.0, 500.0):
+        for _ in range(rng.randint(0, 12)):
+            seq += 1
+            replicas, gpus = rng.choice(SHAPES)
+            prio, name = rng.choice(CLASSES)
+            spec = JobSpec(
+                JobId(f"j{seq}"), QueueName(rng.choice(queues)), replicas=replicas, gpus_per_replica=gpus,
+                priority=prio, priority_class=name, submit_time=now, seq=seq,
+            )  # fmt: skip
+            state.submit(spec, attained=rng.choice([0.0, 0.0, 1000.0, 5000.0, 50_000.0]))
+        for job_id in list(state.running):
+            if rng.random() < 0.3:
+                state.record_checkpoint(job_id, now)
+            elif rng.random() < 0.1:
+                state.end(job_id, requeue=rng.random() < 0.5, now=now)
+        schedule(state, profile, now)
+        occupancy = state.occupancy
+        for at in (now, now + 100.0, now + 599.0, now + 600.0, now + 2000.0):
+            occupancy.settle(at)
+            for group in [(q, p) for q in queues for p, _ in CLASSES]:
+                for floor in (600.0, 1200.0, 5000.0, 20_000.0, 60_000.0):
+                    for lost in (0.0, 300.0, 600.0, 1000.0):
+                        with pytest.MonkeyPatch.context() as patch:
+                            short = tiresias_fresh.protection_end(occupancy, group, at, floor, lost)
+                            patch.setattr(tiresias_fresh, "SERVING", False)
+                            long_way = tiresias_fresh.protection_end(occupancy, group, at, floor, lost)
+                        out.append((short, long_way))
+    return out
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_protection_ends_are_the_same_either_way(seed: int) -> None:
+    for short, long_way in protection_answers(seed):
+        assert short == long_way
+
+
+def test_protection_ends_are_drawn() -> None:
+    """The clusters draw groups with an attempt that becomes a victim when its protection ends."""
+    found = sum(long_way is not None for seed in range(30) for _, long_way in protection_answers(seed))
+    assert found > 50, found
+
+
+@pytest.mark.parametrize(
+    "module,name", [(tiresias_fresh, "BY_REACHING"), (tiresias_fresh, "SERVING"), (preempt, "AMONG")]
+)
 @pytest.mark.parametrize("remember", [True, False])
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), walk=st.booleans())

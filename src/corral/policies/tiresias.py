@@ -30,7 +30,6 @@ from operator import itemgetter
 
 from corral.core.jobs import PendingJob, RunningAttempt
 from corral.core.model import QueueName
-from corral.core.occupancy import WAITING
 from corral.core.state import ClusterState
 from corral.policies import tiresias_fresh, tiresias_memo
 from corral.policies.tiresias_memo import FreshMemo
@@ -283,17 +282,9 @@ class Tiresias:
         return first
 
     def _protection_end(self, group: tuple[QueueName, int], state: ClusterState, now: float) -> float | None:
-        floor = self.args.thresholds[0]
-        max_lost = self.args.max_lost
-        first: float | None = None
-        for end, _, a in state.occupancy.inside(group):
-            if a.candidate != WAITING or end <= now or (first is not None and end >= first):
-                continue
-            if a.last_checkpoint <= a.start and end - a.start > max_lost:
-                continue  # it will have more than `max_lost` to lose then, unless it checkpoints
-            if a.job.attained + a.spec.gpus * (end - a.start) >= floor:
-                first = end
-        return first
+        return tiresias_fresh.protection_end(
+            state.occupancy, group, now, self.args.thresholds[0], self.args.max_lost
+        )
 
     def eligible_from(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
         """When its `patience` ends, if it has not and reclaim may take from some other queue: it

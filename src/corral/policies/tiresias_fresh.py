@@ -8,6 +8,11 @@ leaves few of them: a one-GPU job reaches 16 GPU-hours only after 16 hours. The 
 may have reached the floor are known too (`served.Reaching`, sorted by when their service reaches
 it, kept for `las`): `fresh` reads whichever of the two is shorter (switch `BY_REACHING`), and
 returns the same attempts in the same order (newest checkpoint first, then the higher job id).
+
+`protection_end` (when the first attempt of a group inside its minimum run time becomes one that a
+preemptor below the first level may take) reads, likewise, only the attempts whose service will
+have reached the first level when their minimum run time ends (`Occupancy.serving`, switch
+`SERVING`), not every attempt that started within it.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ from operator import itemgetter
 
 from corral.core.jobs import RunningAttempt
 from corral.core.model import JobId
-from corral.core.occupancy import Group, Occupancy
+from corral.core.occupancy import WAITING, Group, Occupancy
 
 BY_REACHING = True  # False: the suffix of the last checkpoints is always read (tests compare)
+SERVING = True  # False: `protection_end` reads every attempt inside its minimum run time (tests compare)
 
 _since_and_id = itemgetter(0, 1)
 
@@ -71,3 +77,21 @@ def _by_reaching(
                 break
     keyed.sort(key=_since_and_id, reverse=True)
     return [k[2] for k in keyed]
+
+
+def protection_end(
+    occupancy: Occupancy, group: Group, now: float, floor: float, max_lost: float
+) -> float | None:
+    """When the first attempt of the group inside its minimum run time leaves it (after `now`)
+    with its service at `floor` or more and at most `max_lost` seconds of work to lose then (it
+    has checkpointed in this attempt, or its minimum run time is that short); None: none."""
+    entries = occupancy.serving(group, floor) if SERVING else occupancy.inside(group)
+    first: float | None = None
+    for end, _, a in entries:
+        if a.candidate != WAITING or end <= now or (first is not None and end >= first):
+            continue
+        if a.last_checkpoint <= a.start and end - a.start > max_lost:
+            continue  # it will have more than `max_lost` to lose then, unless it checkpoints
+        if a.job.attained + a.spec.gpus * (end - a.start) >= floor:
+            first = end
+    return first
