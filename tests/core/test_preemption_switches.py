@@ -18,6 +18,9 @@ run with the memory and without it: every decision and reason must match.
 - `EARLIER_ONLY`: `Preemption._until` asks a protected group whether the preemptor may take from
   it only when its protection ends before the earliest eligible end found so far (asking the
   others changes no minimum). The histories differ when a group ending earlier is passed over.
+- `BUDGET_FEW`: `Preemption.for_budget` answers at once a search whose ranked candidates and the
+  free GPUs together hold too few of the job's replicas (`test_tiresias_fresh.py`: budget
+  histories). The histories differ when a search that a set could serve is answered so.
 - `narrow.FEW_FIRST`, `narrow.LAZY_OVERLAY`, `narrow.FEW_NODES`: victim selection's bound on
   aggregates answers at once a search whose free GPUs and candidates' together cannot hold the
   job, reads the narrowed groups' aggregates per node where needed, and, when every group is
@@ -48,6 +51,7 @@ SWITCHES = pytest.mark.parametrize(
         (preemption, "NONE_BY_KEY"),
         (preemption, "SAME_SENTENCES"),
         (preemption, "EARLIER_ONLY"),
+        (preemption, "BUDGET_FEW"),
         (narrow, "FEW_FIRST"),
         (narrow, "LAZY_OVERLAY"),
         (narrow, "FEW_NODES"),

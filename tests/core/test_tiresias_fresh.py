@@ -7,6 +7,10 @@ rankings read from what `narrow` keeps, decide as before.
 - `tiresias_fresh.SERVING`: when the first attempt of a group inside its minimum run time becomes
   one a preemptor below the first level may take is read from the attempts whose service then
   reaches the first level (`Occupancy.serving`), not from every attempt inside it: the same time.
+- `preemption.BUDGET_FEW`: a search for room in a queue's own quota (`Preemption.for_budget`)
+  whose ranked candidates and the free GPUs together hold too few of its replicas finds no set
+  without a search (`victim_nodes.too_few`), as the search would; histories of
+  `test_repeats.play` with tight queue budgets, under `default` and `tiresias`.
 - `preempt.AMONG`: the rankings of `SameQueue` (preemption to make room in a queue's quota, and
   own-queue searches after a refused set) read, of a group it does not narrow, only the attempts
   the inner plugin's `narrow` keeps (`SameQueue.among`): the same ranking.
@@ -26,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corral.core import preempt
+from corral.core import preempt, preemption
 from corral.core.cycle import schedule
 from corral.core.model import JobId, JobSpec, QueueName
 from corral.core.preempt import ranked_candidates, select_victims
@@ -35,8 +39,9 @@ from corral.policies import tiresias_fresh, tiresias_memo
 from corral.policies.registry import load_policy
 from tests.core.test_narrowed_bound import NOW, outcome, searched
 from tests.core.test_preemption_memo import both
-from tests.core.test_repeats import CLASSES
+from tests.core.test_repeats import CLASSES, play
 from tests.core.test_tiresias_memo import SHAPES, cluster, history
+from tests.helpers import ran_interpreted
 
 FLOORS = (1.0, 60.0, 5000.0, 20_000.0, 36_000.0, 60_000.0, 200_000.0)
 LOST = (0.0, 10.0, 500.0, 4000.0, 10_000.0)
@@ -176,3 +181,35 @@ def test_histories_decide_alike(module: Any, name: str, remember: bool, seed: in
         patch.setattr(tiresias_memo, "REMEMBER", remember)
         shortcut, long_way = both(history, seed, walk=walk, switch=(module, name))
     assert shortcut == long_way
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    policy=st.sampled_from(["default", "tiresias"]),
+    limits=st.sampled_from([0, 3]),
+)
+def test_budget_searches_decide_alike(seed: int, policy: str, limits: int) -> None:
+    shortcut, long_way = both(play, seed, policy, limits, True, switch=(preemption, "BUDGET_FEW"))
+    assert shortcut == long_way
+
+
+def test_budget_searches_take_the_shortcut() -> None:
+    """The budget histories above draw searches answered without a search (counted interpreted:
+    a compiled module calls `too_few` directly, so under the compiled core this runs interpreted)."""
+    if ran_interpreted(__file__, "test_budget_searches_take_the_shortcut"):
+        return
+    seen = [0, 0]
+    real = preemption.too_few
+
+    def counted(*args: Any) -> bool:
+        found = real(*args)
+        seen[found] += 1
+        return found
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(preemption, "too_few", counted)
+        for seed in range(40):
+            for policy in ("default", "tiresias"):
+                play(seed, policy, 0, True)
+    assert seen[True] > 0 and seen[False] > 0, seen
