@@ -8,6 +8,8 @@
 - `LAZY_OVERLAY`: the narrowed groups' aggregates are read per node where needed (`narrow.Overlay`)
   instead of copying every node's aggregates a narrowed group touches (`narrow.overlay`): the same
   potentials, and the same dicts in the same order where the costs read them.
+- `FEW_NODES`: when every group allowed is narrowed, the bound reads only the nodes their attempts
+  touch and those with enough free GPUs (`narrow.Overlay.nodes`): the same potentials.
 
 Random clusters under `tiresias` (which narrows its own queue and class to the worse levels that
 would lose little work, and other queues to the fresh borrowers while its patience lasts), with
@@ -37,7 +39,7 @@ from corral.core.same_queue import SameQueue
 from corral.core.state import ClusterState
 from corral.policies.registry import load_policy
 
-SWITCHES = pytest.mark.parametrize("name", ["FEW_FIRST", "LAZY_OVERLAY"])
+SWITCHES = pytest.mark.parametrize("name", ["FEW_FIRST", "LAZY_OVERLAY", "FEW_NODES"])
 NOW = 5000.0
 
 
@@ -111,8 +113,9 @@ def test_searches_find_the_same_set(name: str, seed: int) -> None:
 
 def test_the_searches_draw_every_case() -> None:
     """The clusters above draw searches that the bound answers at once, searches with narrowed
-    groups that find a set, and searches with narrowed groups that find none."""
-    seen = {"too few": 0, "set, narrowed": 0, "none, narrowed": 0}
+    groups that find a set, searches with narrowed groups that find none, and searches where
+    every group allowed is narrowed (`FEW_NODES` reads fewer nodes)."""
+    seen = {"too few": 0, "set, narrowed": 0, "none, narrowed": 0, "every group narrowed": 0}
     for seed in range(300):
         state, plugin, job, req = searched(seed)
         ok = eligible_groups(state, plugin, job, NOW)
@@ -121,6 +124,8 @@ def test_the_searches_draw_every_case() -> None:
             seen["too few"] += 1
             assert select_victims(state, plugin, job, req, NOW) is None
         found = select_victims(state, plugin, job, req, NOW)
+        if few and all(key in few for key in ok):
+            seen["every group narrowed"] += 1
         if few and isinstance(found, Selection) and found.victims:
             seen["set, narrowed"] += 1
         if few and found is None:

@@ -18,11 +18,15 @@ run with the memory and without it: every decision and reason must match.
 - `EARLIER_ONLY`: `Preemption._until` asks a protected group whether the preemptor may take from
   it only when its protection ends before the earliest eligible end found so far (asking the
   others changes no minimum). The histories differ when a group ending earlier is passed over.
-- `narrow.FEW_FIRST`, `narrow.LAZY_OVERLAY`: victim selection's bound on aggregates answers at once
-  a search whose free GPUs and candidates' together cannot hold the job, and reads the narrowed
-  groups' aggregates per node where needed (`tests/core/test_narrowed_bound.py` compares the
-  searches themselves). The histories differ when the bound answers a search that a node set could
-  serve, or the narrowed aggregates are read otherwise.
+- `BUDGET_FEW`: `Preemption.for_budget` answers at once a search whose ranked candidates and the
+  free GPUs together hold too few of the job's replicas (`test_tiresias_fresh.py`: budget
+  histories). The histories differ when a search that a set could serve is answered so.
+- `narrow.FEW_FIRST`, `narrow.LAZY_OVERLAY`, `narrow.FEW_NODES`: victim selection's bound on
+  aggregates answers at once a search whose free GPUs and candidates' together cannot hold the
+  job, reads the narrowed groups' aggregates per node where needed, and, when every group is
+  narrowed, only the nodes they touch or with enough free GPUs (`tests/core/test_narrowed_bound.py`
+  compares the searches themselves). The histories differ when the bound answers a search that a
+  node set could serve, or the narrowed aggregates or the nodes are read otherwise.
 - `backfill.REMEMBER_ENDS`: the cycle answers `backfill.backfill_end` from its memory (`Ends`,
   compared field by field in `_Cycle.backfill_end`) while its epoch and the base id hold. The
   histories differ when the memory outlives a reservation, a start or a node's change.
@@ -50,8 +54,10 @@ SWITCHES = pytest.mark.parametrize(
         (preemption, "NONE_BY_KEY"),
         (preemption, "SAME_SENTENCES"),
         (preemption, "EARLIER_ONLY"),
+        (preemption, "BUDGET_FEW"),
         (narrow, "FEW_FIRST"),
         (narrow, "LAZY_OVERLAY"),
+        (narrow, "FEW_NODES"),
         (backfill, "REMEMBER_ENDS"),
         (reserve, "REPLICA_BOUND"),
     ],

@@ -12,7 +12,10 @@ method narrows nothing, and victim selection decides exactly as without this mod
 Before reading the aggregates node by node, the bound first checks that the free GPUs and every
 candidate's together hold the job's replicas at all (`too_few`, switch `FEW_FIRST`); and the
 narrowed groups' aggregates are read per node where needed (`have`, `Overlay`) instead of
-copying every node's aggregates that a narrowed group touches (switch `LAZY_OVERLAY`).
+copying every node's aggregates that a narrowed group touches (switch `LAZY_OVERLAY`). When
+every group allowed is narrowed, the bound reads only the nodes their attempts touch and those
+with enough free GPUs (`Overlay.nodes`, switch `FEW_NODES`): on another node the groups hold
+nothing and the free GPUs are too few, so it has no potential.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from corral.core.state import ClusterState
 
 FEW_FIRST = True  # False: the aggregates are read even where they cannot hold the job (tests compare)
 LAZY_OVERLAY = True  # False: every node's narrowed aggregates copied first (`overlay`; tests compare)
+FEW_NODES = True  # False: the bound reads every node even when every group is narrowed (tests compare)
 
 Narrowed = dict[Group, list[RunningAttempt]]
 Aggregates = dict[Group, list[float]]  # per group [GPUs, sum of GPUs x (last checkpoint or start)]
@@ -114,6 +118,19 @@ class Overlay:
         self.extra = per_node(few) if lazy else {}
         self.eager = None if lazy else overlay(groups, few)
         self.built: dict[int, Aggregates] = {}
+
+    def nodes(
+        self, state: ClusterState, ok: set[Group], classes: Iterable[int], gpus: int
+    ) -> list[int] | None:
+        """The nodes that may have `gpus` GPUs or more of potential when every group of `ok` is
+        narrowed, in order: those their attempts in `few` touch and those with `gpus` GPUs or more
+        available in the classes (`FreeIndex`); None (every node) otherwise."""
+        few = self.few
+        if not (FEW_NODES and few and self.eager is None) or any(key not in few for key in ok):
+            return None
+        found = set(self.extra)
+        found.update(state.index.nodes_by_avail(0, classes, gpus, False))
+        return sorted(found)
 
     def have(self, node: int, ok: set[Group]) -> int:
         """The GPUs that the groups of `ok` hold on the node (a narrowed one: its attempts in `few`)."""

@@ -37,6 +37,8 @@ class Occupancy:
         "_by_group",
         "_fresh",
         "_seq",
+        "_served_at",
+        "_serving",
         "_stale",
         "_waiting",
         "changes",
@@ -64,6 +66,11 @@ class Occupancy:
         # per group, (time of its last checkpoint or start, job id) of each candidate, sorted:
         # kept from the first call of `fresh` on (None: nobody asked)
         self._fresh: dict[Group, list[tuple[float, JobId]]] | None = None
+        # per group, (service at the end of its minimum run time, seq, `_waiting`'s entry) of each
+        # attempt inside it, sorted; and per attempt (its id) its group and key there: kept from
+        # the first call of `serving` on (None: nobody asked)
+        self._serving: dict[Group, list[tuple[float, int, tuple[float, int, RunningAttempt]]]] | None = None
+        self._served_at: dict[int, tuple[Group, float, int]] = {}
         # the candidates by when their attained service reaches a level (`served`: `las`)
         self.reaching = Reaching()
         # bumped by every change of who is waiting, who is a candidate or when one checkpointed:
@@ -87,6 +94,8 @@ class Occupancy:
             entry = (attempt.start + min_runtime, self._seq, attempt)
             heapq.heappush(self._waiting, entry)
             heapq.heappush(self._by_group.setdefault((spec.queue, spec.priority), []), entry)
+            if self._serving is not None:
+                self._serve(entry)
 
     def settle(self, now: float) -> None:
         """Count every attempt whose minimum run time has ended by `now`."""
@@ -96,6 +105,8 @@ class Occupancy:
             if attempt.candidate == _WAITING:
                 attempt.candidate = _COUNTED
                 self._count(attempt, 1.0)
+                if self._serving is not None:
+                    self._unserve(attempt)
             else:
                 self._stale -= 1
             key = (attempt.job.spec.queue, attempt.job.spec.priority)
@@ -119,6 +130,8 @@ class Occupancy:
         if candidate == _COUNTED:
             self._count(attempt, -1.0)
         elif candidate == _WAITING:
+            if self._serving is not None:
+                self._unserve(attempt)
             self._stale += 1
             if self._stale > 64 and 2 * self._stale > len(self._waiting):
                 self._waiting = [w for w in self._waiting if w[2].candidate == _WAITING]
@@ -147,6 +160,40 @@ class Occupancy:
         """The group's attempts inside their minimum run time, as a heap of (time it ends, seq,
         attempt); read only. Stale entries (`candidate` no longer WAITING) are left in."""
         return self._by_group.get(group, _NO_INSIDE)
+
+    def serving(self, group: Group, floor: float) -> list[tuple[float, int, RunningAttempt]]:
+        """The group's entries of `inside` (none stale) whose attempt's service (its job's earlier
+        attempts' plus GPUs x its minimum run time) may reach `floor` GPU-seconds by the time its
+        minimum run time ends (a GPU-second of margin: callers check exactly); kept from the first
+        call on, so that a policy whose victims must have reached a level (`tiresias`) reads only
+        those, not every attempt that started within the minimum run time."""
+        serving = self._serving
+        if serving is None:
+            serving = self._serving = {}
+            for entry in self._waiting:
+                if entry[2].candidate == _WAITING:
+                    self._serve(entry)
+        entries = serving.get(group)
+        if not entries:
+            return []
+        return [e[2] for e in entries[bisect_left(entries, (floor - 1.0,)) :]]
+
+    def _serve(self, entry: tuple[float, int, RunningAttempt]) -> None:
+        attempt = entry[2]
+        job = attempt.job
+        key = (job.spec.queue, job.spec.priority)
+        served = job.attained + job.spec.gpus * (entry[0] - attempt.start)
+        assert self._serving is not None
+        insort(self._serving.setdefault(key, []), (served, entry[1], entry))
+        self._served_at[id(attempt)] = (key, served, entry[1])
+
+    def _unserve(self, attempt: RunningAttempt) -> None:
+        assert self._serving is not None
+        key, served, seq = self._served_at.pop(id(attempt))
+        entries = self._serving[key]
+        del entries[bisect_left(entries, (served, seq))]
+        if not entries:
+            del self._serving[key]
 
     def waiting(self) -> int:
         """Entries in the heap of attempts inside their minimum run time (stale ones included)."""

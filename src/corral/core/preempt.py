@@ -40,6 +40,7 @@ class Miss(Enum):
 
 
 NO_CANDIDATES = Miss.NO_CANDIDATES
+AMONG = True  # False: a ranking reads every attempt of a group that is not narrowed (tests compare)
 Cost = tuple[int, float]  # (highest class taken, lost GPU-seconds)
 _FREE: Cost = (-(1 << 62), 0.0)
 
@@ -131,7 +132,11 @@ def _candidates(
     """The attempts `ranked_candidates` ranks: of the groups in `ok` (of a narrowed group, its
     attempts in `few`), not started at `now`. For a plugin with a `service_floor` (the attained service
     every victim of the job has at least; `VictimFilter`), only those whose service may have
-    reached it (`served.reaching`): the plugin would drop the others."""
+    reached it (`served.reaching`): the plugin would drop the others. For a plugin with a method
+    `among(preemptor, group, state, now)` (`SameQueue` over `tiresias`: its `narrow`), only the
+    attempts of a group it returns, a list holding every attempt of the group the plugin allows
+    (None: the whole group); the ranking is the same (switch `AMONG`), but neither the bound nor
+    the remembered rankings change: the group is not narrowed."""
     occupancy = state.occupancy
     floor = plugin.service_floor(job) if not few and use_index() else None
     if floor is not None:
@@ -142,7 +147,16 @@ def _candidates(
             if a.start < now and (every or (a.job.spec.queue, a.job.spec.priority) in ok)
         ]
     members = occupancy.members
-    return [a for g in ok for a in (few[g] if g in few else members[g].values()) if a.start < now]
+    among = getattr(plugin, "among", None) if AMONG else None
+    if among is None:
+        return [a for g in ok for a in (few[g] if g in few else members[g].values()) if a.start < now]
+    out: list[RunningAttempt] = []
+    for g in ok:
+        some = few.get(g)
+        if some is None:
+            some = among(job, g, state, now)
+        out.extend(a for a in (members[g].values() if some is None else some) if a.start < now)
+    return out
 
 
 _RETRY = Miss.RETRY
@@ -173,7 +187,8 @@ def _by_aggregates(
     node_class = state.node_class
     potential: dict[int, int] = {}
     node_groups = Overlay(state.occupancy.groups, few)  # narrowed groups: their few attempts
-    for node in range(len(state.occupancy.groups)):
+    read = node_groups.nodes(state, ok, req.classes, g)  # every group narrowed: where they are
+    for node in range(len(state.occupancy.groups)) if read is None else read:
         have = (avail[node] - owed.get(node, 0) if owed else avail[node]) + node_groups.have(node, ok)
         if have >= g and node_class[node] in allowed and state.is_schedulable(node):
             potential[node] = have

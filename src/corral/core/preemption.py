@@ -23,12 +23,13 @@ from corral.core.plugins import Profile, Victims
 from corral.core.preempt import NO_CANDIDATES, Miss, Ranked, Selection, ranked_candidates, select_victims
 from corral.core.same_queue import SameQueue
 from corral.core.state import ClusterState
-from corral.core.victim_nodes import NodesMemo
+from corral.core.victim_nodes import NodesMemo, too_few
 
 REMEMBER = True  # False: every search, ranking and protection end computed anew (tests compare)
 SAME_SENTENCES = True  # False: every protection sentence formatted anew (tests compare)
 NONE_BY_KEY = True  # False: no search answered from another family's (tests compare)
 EARLIER_ONLY = True  # False: `_until` asks every protected group whether it is eligible (tests compare)
+BUDGET_FEW = True  # False: `for_budget` searches even where its candidates are too few (tests compare)
 
 
 class Host(Protocol):
@@ -180,7 +181,15 @@ class Preemption:
             _none_up_to(self.no_budget_victims, job)
             return None
         req = host.request(job)
-        selection = select_victims(state, narrowed, job, req, now, self._ranked(), self._nodes())
+        # the free GPUs and its candidates' together too few for its replicas: no set (`BUDGET_FEW`)
+        few = (
+            BUDGET_FEW
+            and not req.per_node
+            and too_few(state, ranked, req.replicas, max(1, req.gpus_per_replica))
+        )
+        selection = (
+            None if few else select_victims(state, narrowed, job, req, now, self._ranked(), self._nodes())
+        )
         if not isinstance(selection, Selection):
             if memo is not None:  # (a key of its own: `SameQueue`'s)
                 self.fruitless[memo] = (host.epoch(), False)

@@ -45,6 +45,18 @@ class SameQueue:
             preemptor, queue, priority, state, now
         )
 
+    def among(
+        self, preemptor: PendingJob, group: tuple[QueueName, int], state: ClusterState, now: float
+    ) -> list[RunningAttempt] | None:
+        """The attempts of a group of its own queue that the inner plugin may take, and perhaps
+        more (its `narrow`; None: the whole group): only those are ranked (`preempt._candidates`).
+        The group is not narrowed (the bound and the remembered rankings stay as they are)."""
+        narrow = getattr(self.inner, "narrow", None)
+        if narrow is None or group[0] != preemptor.spec.queue:
+            return None
+        found: list[RunningAttempt] | None = narrow(preemptor, group, state, now)
+        return found
+
     def service_floor(self, preemptor: PendingJob) -> float | None:
         """The inner plugin's (`served.reaching`; None when it has none)."""
         return self.inner.service_floor(preemptor)

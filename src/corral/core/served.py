@@ -65,14 +65,22 @@ class Reaching:
         for floor, entries in self._by_floor.items():
             del entries[bisect_left(entries, (reaches_at(attempt, floor, attained), job_id))]
 
-    def reaching(self, floor: float, now: float) -> list[RunningAttempt]:
-        """Every candidate whose service may have reached `floor` by `now` (a superset of those
-        that have: a second of margin), in the order they reach it."""
+    def count(self, floor: float, now: float) -> int:
+        """How many `reaching(floor, now)` returns, without building the list."""
+        return bisect_right(self._entries(floor), now + _MARGIN, key=_time)
+
+    def _entries(self, floor: float) -> list[tuple[float, JobId]]:
         entries = self._by_floor.get(floor)
         if entries is None:
             entries = self._by_floor[floor] = sorted(
                 (reaches_at(a, floor, attained), job_id) for job_id, (a, attained) in self._attempts.items()
             )
+        return entries
+
+    def reaching(self, floor: float, now: float) -> list[RunningAttempt]:
+        """Every candidate whose service may have reached `floor` by `now` (a superset of those
+        that have: a second of margin), in the order they reach it."""
+        entries = self._entries(floor)
         attempts = self._attempts
         end = bisect_right(entries, now + _MARGIN, key=_time)
         return [attempts[entries[i][1]][0] for i in range(end)]

@@ -149,6 +149,11 @@ def _less(
     return on_node, held, usable
 
 
+def too_few(state: ClusterState, candidates: list[RunningAttempt], replicas: int, per_replica: int) -> bool:
+    """`_too_few` without a memory: whether no set of the candidates frees the replicas."""
+    return _too_few(state, candidates, replicas, per_replica, None)
+
+
 def _too_few(
     state: ClusterState,
     candidates: list[RunningAttempt],

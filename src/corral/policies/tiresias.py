@@ -30,9 +30,8 @@ from operator import itemgetter
 
 from corral.core.jobs import PendingJob, RunningAttempt
 from corral.core.model import QueueName
-from corral.core.occupancy import WAITING
 from corral.core.state import ClusterState
-from corral.policies import tiresias_memo
+from corral.policies import tiresias_fresh, tiresias_memo
 from corral.policies.tiresias_memo import FreshMemo
 from corral.policies.victims import (
     PriorityReclaimArgs,
@@ -259,23 +258,8 @@ class Tiresias:
     ) -> list[RunningAttempt]:
         """The group's candidates checkpointed (or started) since `now - max_lost` whose attained
         service has reached `floor` (`every` False: only the first found), newest first: only
-        those are read (`Occupancy.fresh`), not the whole group."""
-        occupancy = state.occupancy
-        members = occupancy.members.get(group)
-        found: list[RunningAttempt] = []
-        if members is None:
-            return found
-        entries = occupancy.fresh(group)
-        cutoff = now - self.args.max_lost
-        i = len(entries) - 1
-        while i >= 0 and entries[i][0] >= cutoff:
-            a = members[entries[i][1]]
-            if a.start < now and a.job.attained + a.spec.gpus * (now - a.start) >= floor:
-                found.append(a)
-                if not every:
-                    break
-            i -= 1
-        return found
+        those are read (`tiresias_fresh`), not the whole group."""
+        return tiresias_fresh.fresh(state.occupancy, group, now, now - self.args.max_lost, floor, every)
 
     def service_floor(self, preemptor: PendingJob) -> float | None:
         return None  # its levels read the queue's own attempts and reclaim takes any: no floor
@@ -298,17 +282,9 @@ class Tiresias:
         return first
 
     def _protection_end(self, group: tuple[QueueName, int], state: ClusterState, now: float) -> float | None:
-        floor = self.args.thresholds[0]
-        max_lost = self.args.max_lost
-        first: float | None = None
-        for end, _, a in state.occupancy.inside(group):
-            if a.candidate != WAITING or end <= now or (first is not None and end >= first):
-                continue
-            if a.last_checkpoint <= a.start and end - a.start > max_lost:
-                continue  # it will have more than `max_lost` to lose then, unless it checkpoints
-            if a.job.attained + a.spec.gpus * (end - a.start) >= floor:
-                first = end
-        return first
+        return tiresias_fresh.protection_end(
+            state.occupancy, group, now, self.args.thresholds[0], self.args.max_lost
+        )
 
     def eligible_from(self, preemptor: PendingJob, state: ClusterState, now: float) -> float | None:
         """When its `patience` ends, if it has not and reclaim may take from some other queue: it
