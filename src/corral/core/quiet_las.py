@@ -133,24 +133,19 @@ def _thresholds(profile: Profile) -> tuple[float, ...] | None:
 
 
 def changes(state: ClusterState, thresholds: tuple[float, ...], now: float) -> float:
-    """The earliest instant after `now` at which a running attempt's protection ends, or (less
-    `MARGIN`) its attained service reaches its next level (INFINITY: none)."""
-    soonest = INFINITY
-    top = len(thresholds)
-    for a in state.running.values():
-        spec = a.spec
-        if spec.preemptible and a.preempting_deadline is None:
-            end = a.start + state.min_runtime(a)  # (as `victims.protected` and `Occupancy` add it)
-            if now < end < soonest:
-                soonest = end
-        gpus = spec.gpus
-        if gpus:
-            attained = a.job.attained
-            level = bisect_right(thresholds, attained + gpus * (now - a.start))
-            if level < top:
-                at = a.start + (thresholds[level] - attained) / gpus - MARGIN
-                if at < soonest:
-                    soonest = at
+    """The earliest instant at which a running attempt's protection ends (it becomes a candidate
+    victim: `Occupancy.next_settle`, at or before `now` when one is not counted yet), or, less
+    `MARGIN`, a candidate's attained service reaches a threshold (`served.Reaching`; one that
+    reached it less than `MARGIN` before `now` counts as reaching it now: float rounding).
+    INFINITY: none. Only candidates' levels are read: an attempt inside its protection, stopping
+    or not preemptible is no victim."""
+    occupancy = state.occupancy
+    soonest = occupancy.next_settle()  # (at or before it, `now` included: no summary)
+    reaching = occupancy.reaching
+    for floor in thresholds:
+        at = reaching.first_after(floor, now - MARGIN) - MARGIN
+        if at < soonest:
+            soonest = at
     return soonest
 
 

@@ -77,6 +77,17 @@ class Reaching:
         end = bisect_right(entries, now + _MARGIN, key=_time)
         return [attempts[entries[i][1]][0] for i in range(end)]
 
+    def first_after(self, floor: float, t: float) -> float:
+        """The earliest time after `t` at which a candidate's service reaches `floor` (INFINITY:
+        none; the floor is kept from now on, as `reaching` keeps it)."""
+        entries = self._by_floor.get(floor)
+        if entries is None:
+            entries = self._by_floor[floor] = sorted(
+                (reaches_at(a, floor, attained), job_id) for job_id, (a, attained) in self._attempts.items()
+            )
+        i = bisect_right(entries, t, key=_time)
+        return entries[i][0] if i < len(entries) else INFINITY
+
 
 def _time(entry: tuple[float, JobId]) -> float:
     return entry[0]
