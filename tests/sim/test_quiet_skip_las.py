@@ -27,7 +27,9 @@ LEVELS = [(3600.0, 36000.0), (600.0, 6000.0)]
 
 def simulation(seed: int, skip: bool, nodes: int, count: int, levels: int) -> Simulation:
     thresholds = list(LEVELS[levels])
-    profile = load_policy("las", {"las": {"thresholds": thresholds}, "attained_service": {"thresholds": thresholds}})
+    profile = load_policy(
+        "las", {"las": {"thresholds": thresholds}, "attained_service": {"thresholds": thresholds}}
+    )
     return Simulation(cluster(nodes), trace(seed, count), profile, EventLog([]), SimOptions(skip_quiet=skip))
 
 
@@ -45,7 +47,9 @@ def replay(
     count=st.integers(40, 140),
     levels=st.integers(0, len(LEVELS) - 1),
 )
-def test_the_las_skip_decides_and_tells_what_the_cycles_do(seed: int, nodes: int, count: int, levels: int) -> None:
+def test_the_las_skip_decides_and_tells_what_the_cycles_do(
+    seed: int, nodes: int, count: int, levels: int
+) -> None:
     on = replay(seed, True, nodes, count, levels)
     off = replay(seed, False, nodes, count, levels)
     assert off[3] == 0

@@ -54,7 +54,9 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
     deferred = cycle.preemption.deferred
     if profile.name in quiet_las.POLICIES:
         tries = cycle.preemption.tries
-        result.quiet = quiet_las.leave(state, profile, now, cycle.verdicts, deferred, result, cycle.told_later, tries)
+        result.quiet = quiet_las.leave(
+            state, profile, now, cycle.verdicts, deferred, result, cycle.told_later, tries
+        )
     else:
         result.quiet = quiet.leave(state, profile, now, cycle.verdicts, deferred, cycle.quiet_ends, result)
     # a lazy reason of the result refers to its walk, which refers to the cycle: the cycle lets go

@@ -26,13 +26,13 @@ so the jobs after it see what they saw. Anything else: None, and the cycle runs.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Final
 
 from corral.core.decisions import CycleResult, Reason, Reasons
 from corral.core.jobs import PendingJob
-from corral.core.model import INFINITY, JobId
+from corral.core.model import JobId
 from corral.core.plugins import Profile
 from corral.core.quiet import Quiet, _mark, at_time, dated
 from corral.core.reasons import UNIX_EPOCH_FLOOR
@@ -127,7 +127,10 @@ def _thresholds(profile: Profile) -> tuple[float, ...] | None:
     if victims is None or not hasattr(victims, "service_floor") or not hasattr(order, "level"):
         return None
     thresholds = getattr(getattr(victims, "args", None), "thresholds", None)
-    if not isinstance(thresholds, tuple) or getattr(getattr(order, "args", None), "thresholds", None) != thresholds:
+    if (
+        not isinstance(thresholds, tuple)
+        or getattr(getattr(order, "args", None), "thresholds", None) != thresholds
+    ):
         return None
     return thresholds
 
