@@ -39,6 +39,7 @@ from corral.core.reasons import UNIX_EPOCH_FLOOR
 from corral.core.rejections import never_fits as why_never
 from corral.core.rejections import reject_never_fitting
 from corral.core.request import request_for
+from corral.core.served import use_index
 from corral.core.state import ClusterState
 
 POLICIES: Final = ("las",)  # the policies whose cycles leave a `LasQuiet`
@@ -141,7 +142,12 @@ def changes(state: ClusterState, thresholds: tuple[float, ...], now: float) -> f
     `MARGIN`, a candidate's attained service reaches a threshold (`served.Reaching`; one that
     reached it less than `MARGIN` before `now` counts as reaching it now: float rounding).
     INFINITY: none. Only candidates' levels are read: an attempt inside its protection, stopping
-    or not preemptible is no victim."""
+    or not preemptible is no victim. A threshold that no ranking asked about yet (the floor of
+    the level above a preemptor's, `Reaching.first_after`) is not read: no search of a job of
+    the level below it read who reached it (they all rank through the index), so none does in
+    a cycle told alike (the new jobs' own floor is read when their searches were)."""
+    if not use_index():
+        return now  # (rankings read every candidate: every threshold is read)
     occupancy = state.occupancy
     soonest = occupancy.next_settle()  # (at or before it, `now` included: no summary)
     reaching = occupancy.reaching

@@ -79,12 +79,11 @@ class Reaching:
 
     def first_after(self, floor: float, t: float) -> float:
         """The earliest time after `t` at which a candidate's service reaches `floor` (INFINITY:
-        none; the floor is kept from now on, as `reaching` keeps it)."""
+        none, or no ranking asked about that floor yet: then no ranking read who reached it;
+        keeping one more floor here would cost every candidate's join and leave from then on)."""
         entries = self._by_floor.get(floor)
         if entries is None:
-            entries = self._by_floor[floor] = sorted(
-                (reaches_at(a, floor, attained), job_id) for job_id, (a, attained) in self._attempts.items()
-            )
+            return INFINITY
         i = bisect_right(entries, t, key=_time)
         return entries[i][0] if i < len(entries) else INFINITY
 
