@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Hashable
 
-from corral.core import aging, backfill, order, quiet, repeats, reserve
+from corral.core import aging, backfill, order, quiet, quiet_las, repeats, reserve
 from corral.core import reasons as why_text
 from corral.core.capacity_reasons import CapacityReasons
 from corral.core.decisions import CycleResult, Reason, Start, Why
@@ -52,10 +52,17 @@ def schedule(state: ClusterState, profile: Profile, now: float) -> CycleResult:
         reserve.clear(state, cycle.reservations)
     cycle.remove_started()
     deferred = cycle.preemption.deferred
-    result.quiet = quiet.leave(state, profile, now, cycle.verdicts, deferred, cycle.quiet_ends, result)
+    if profile.name in quiet_las.POLICIES:
+        tries = cycle.preemption.tries
+        result.quiet = quiet_las.leave(
+            state, profile, now, cycle.verdicts, deferred, result, cycle.told_later, tries
+        )
+    else:
+        result.quiet = quiet.leave(state, profile, now, cycle.verdicts, deferred, cycle.quiet_ends, result)
     # a lazy reason of the result refers to its walk, which refers to the cycle: the cycle lets go
-    # of the result, so that no garbage cycle holds each cycle's objects until a collection
-    cycle.result = CycleResult(now)
+    # of the result, so that no garbage cycle holds each cycle's objects until a collection (its
+    # next wake kept: `told_later` reads it)
+    cycle.result = CycleResult(now, next_wake=result.next_wake)
     cycle.reasons = cycle.result.reasons
     return result
 
@@ -168,6 +175,33 @@ class _Cycle:
             if walk is not None:
                 found = walk.told.first_blocked(job, shape)
         return found
+
+    def told_later(self, job: PendingJob) -> Reason | None:
+        """What looking at `job` would tell it, a job submitted after this cycle (`core/quiet_las.py`)
+        that comes after every job of its victims' preemptor key, repeats no verdict and whose
+        (shape, queue, class, time limit) no other job has, if it would start, search, defer and
+        wake nothing (None: it may, or that is not known here): it is admitted, misses its
+        placement on counts, and a job of its preemptor key found no candidates at the queues' use
+        version, or one of its family and nodes avoided found no set in this epoch
+        (`Preemption.no_candidates`, `fruitless`); and its victims' protection ends no earlier
+        than the cycle's next wake."""
+        state, victims = self.state, self.profile.victims
+        queue = state.queues[job.spec.queue]
+        if victims is None or any(a.admit(job, queue, state) is not None for a in self.profile.admits):
+            return None
+        req = self.request(job)
+        if req.gpus_per_replica == 0 or req.per_node:
+            return None
+        placed = sure_miss(state, req)  # what `place` answers, known on counts
+        pkey = victims.preemptor_key(job, self.now)
+        if placed is None or pkey is None:
+            return None
+        pre = self.preemption
+        found = pre.fruitless.get((pkey, job.family, job.avoid_nodes))
+        if (found is None or found[0] != self.epoch()) and pre.no_candidates.get(pkey) != state.use_version:
+            return None
+        why = self.why.reason(job, req, placed, self.reservation_gen)
+        return pre.unchanged_protected(self, job, why, victims)
 
     # ---- what a walk may pass over (repeats.Walk) ----------------------------------------------
     def epoch(self) -> Epoch:

@@ -17,7 +17,7 @@ import heapq
 from bisect import bisect_left, insort
 
 from corral.core.jobs import RunningAttempt
-from corral.core.model import JobId, QueueName
+from corral.core.model import INFINITY, JobId, QueueName
 from corral.core.served import Reaching
 
 Group = tuple[QueueName, int]  # (queue, priority value)
@@ -96,6 +96,12 @@ class Occupancy:
             heapq.heappush(self._by_group.setdefault((spec.queue, spec.priority), []), entry)
             if self._serving is not None:
                 self._serve(entry)
+
+    def next_settle(self) -> float:
+        """When `settle` next counts an attempt (its minimum run time ends, less `_EARLY`; maybe
+        a stale entry's time: never later than the first that counts). INFINITY: none waits."""
+        waiting = self._waiting
+        return waiting[0][0] - _EARLY if waiting else INFINITY
 
     def settle(self, now: float) -> None:
         """Count every attempt whose minimum run time has ended by `now`."""

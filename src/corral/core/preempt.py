@@ -396,6 +396,7 @@ def _confirm(
     state: ClusterState, req: Request, job: PendingJob, victims: list[RunningAttempt]
 ) -> Selection | None:
     """Release the victims tentatively, place the job, keep only victims the placement touches."""
+    state.victims_ordered += 1  # (which nodes were chosen read the victims' order)
     checkpoint = state.plan.checkpoint()
     for a in victims:
         for node, mask, cpus, memory in state.attempt_resources(a):

@@ -24,7 +24,7 @@ window may hold it (`window_may_hold`); its key is known to fit (checked already
 keep their order at the new instant (usage decays with time) and the queues that wait for their
 quota do not change. A job told so starts, searches, reserves and nominates nothing, and changes
 nothing for the jobs after it. Anything else: None, and the cycle runs. Only the `default`
-policy leaves one; others run every cycle.
+policy leaves one here; `las` leaves its own (`core/quiet_las.py`); others run every cycle.
 """
 
 from __future__ import annotations

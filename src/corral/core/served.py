@@ -85,6 +85,16 @@ class Reaching:
         end = bisect_right(entries, now + _MARGIN, key=_time)
         return [attempts[entries[i][1]][0] for i in range(end)]
 
+    def first_after(self, floor: float, t: float) -> float:
+        """The earliest time after `t` at which a candidate's service reaches `floor` (INFINITY:
+        none, or no ranking asked about that floor yet: then no ranking read who reached it;
+        keeping one more floor here would cost every candidate's join and leave from then on)."""
+        entries = self._by_floor.get(floor)
+        if entries is None:
+            return INFINITY
+        i = bisect_right(entries, t, key=_time)
+        return entries[i][0] if i < len(entries) else INFINITY
+
 
 def _time(entry: tuple[float, JobId]) -> float:
     return entry[0]

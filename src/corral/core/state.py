@@ -49,6 +49,9 @@ class ClusterState(AttemptTable):
         # True: the adapter reads what a cycle that decided nothing leaves for the arrivals after it
         # (`CycleResult.quiet`, `core/quiet.py`: the simulator); else no cycle builds it
         self.quiet_kept = False
+        # victim searches that reached `preempt._confirm` (whose miss may read the victims' order,
+        # which moves with the time) since `quiet_las.leave` last read it
+        self.victims_ordered = 0
         self.usage_time: float | None = None
         self.use_version = 0  # bumped whenever any queue's counted GPUs change
         self._interned: dict[tuple[object, ...], int] = {}

@@ -31,6 +31,8 @@ from corral.core.model import (
 from corral.core.placement import Request
 from corral.core.plugins import Profile
 from corral.core.quiet import Quiet, skip
+from corral.core.quiet_las import LasQuiet
+from corral.core.quiet_las import skip as skip_las
 from corral.core.request import request_for
 from corral.core.state import ClusterState
 from corral.sim.dependencies import DependencyBook
@@ -179,7 +181,12 @@ class Simulation:
         quiet = self._quiet
         if quiet is not None and self.on_cycle is not None and quiet.told is None:
             quiet = None  # (`on_cycle` set after the last cycle, which did not keep every reason)
-        told = None if quiet is None else skip(state, self.profile, now, quiet)
+        if quiet is None:
+            told = None
+        elif isinstance(quiet, LasQuiet):
+            told = skip_las(state, self.profile, now, quiet)
+        else:
+            told = skip(state, self.profile, now, quiet)
         if told is not None:
             self.stats.cycles += 1
             self.stats.skipped += 1
