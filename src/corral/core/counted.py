@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from corral.core.index import Bucket
 from corral.core.placement import Request
 from corral.core.state import ClusterState
 
@@ -35,13 +36,10 @@ def countable(req: Request) -> bool:
     )
 
 
-def replicas_with(state: ClusterState, req: Request, avail: dict[int, int]) -> int:
-    """Replicas of `g` GPUs that the request's classes hold in the whole cluster were the nodes of
-    `avail` at those counts: what `place_counts` counts first (`_View.replicas` of the root),
-    without building its view. Fewer than the gang's replicas: `place_counts` answers None."""
-    g, classes, base, node_class = req.gpus_per_replica, req.classes, state.index.avail, state.node_class
+def bucket_replicas(per_class: dict[int, list[Bucket]], classes: tuple[int, ...], g: int) -> int:
+    """Replicas of `g` GPUs that one domain's free buckets hold for the request's classes (a node
+    in bucket `k` holds `k // g` of them)."""
     replicas = 0
-    per_class = state.index.buckets[0]
     for cls in classes:
         bl = per_class.get(cls)
         if bl is None:
@@ -50,6 +48,15 @@ def replicas_with(state: ClusterState, req: Request, avail: dict[int, int]) -> i
             count = len(bl[k])
             if count:
                 replicas += count * (k // g)
+    return replicas
+
+
+def replicas_with(state: ClusterState, req: Request, avail: dict[int, int]) -> int:
+    """Replicas of `g` GPUs that the request's classes hold in the whole cluster were the nodes of
+    `avail` at those counts: what `place_counts` counts first (`_View.replicas` of the root),
+    without building its view. Fewer than the gang's replicas: `place_counts` answers None."""
+    g, classes, base, node_class = req.gpus_per_replica, req.classes, state.index.avail, state.node_class
+    replicas = bucket_replicas(state.index.buckets[0], classes, g)
     for node, new in avail.items():
         old = base[node]
         if new != old and (new >= g or old >= g) and node_class[node] in classes:
@@ -224,17 +231,7 @@ class _View:
 
     def replicas(self, dom: int, classes: tuple[int, ...]) -> int:
         """`FreeIndex.capacity(...)[0]` (replicas of `g` GPUs)."""
-        g, replicas = self.g, 0
-        per_class = self.buckets[dom]
-        for cls in classes:
-            bl = per_class.get(cls)
-            if bl is None:
-                continue
-            for k in range(g, len(bl)):
-                count = len(bl[k])
-                if count:
-                    replicas += count * (k // g)
-        return replicas + self.reps.get(dom, 0)
+        return bucket_replicas(self.buckets[dom], classes, self.g) + self.reps.get(dom, 0)
 
     def free(self, dom: int, depth: int, classes: tuple[int, ...]) -> int:
         """`FreeIndex.capacity(...)[1]` (available GPUs) of a domain at `depth`."""

@@ -202,16 +202,9 @@ def told(
     repeats that answer; one whose family has a verdict at its queue's end is told it, unless a
     backfill window may hold it (or, when other jobs of its key came first, nothing: it is told
     what the first of them was, which no one reads here)."""
+    if out_of_reach(state, job, now):
+        return None
     key, spec = job.verdict_key, job.spec
-    if spec.id not in state.jobs or job.is_flagged(now) or key < 0 or job.shape is None:
-        return None
-    never_fits = state.caches.never_fits
-    if key not in never_fits:  # what the cycle's first step finds and remembers (`reject_never_fitting`)
-        req = request_for(state, spec, job.shape)
-        job.request, job.request_generation = req, state.generation
-        never_fits[key] = why_never(state, spec, req)
-    if never_fits[key] is not None:  # rejected by the cycle
-        return None
     found = quiet.verdicts.get(key)
     if found is not None and found[0] == quiet.version:
         return found[1], quiet.now
@@ -241,6 +234,22 @@ def told(
         return verdict.reason, now
     runs = runs_until(None if limit is None else now + limit, now)
     return Reason(per_limit.reason.code, per_limit.head + runs + per_limit.tail, per_limit.reason.at), now
+
+
+def out_of_reach(state: ClusterState, job: PendingJob, now: float) -> bool:
+    """Whether a cycle must run for a new job: gone, flagged, without a verdict key or shape, or
+    one the cycle rejects as never fitting (found and remembered here, as the cycle's first step,
+    `reject_never_fitting`, would)."""
+    spec = job.spec
+    if spec.id not in state.jobs or job.is_flagged(now) or job.verdict_key < 0 or job.shape is None:
+        return True
+    never_fits = state.caches.never_fits
+    key = job.verdict_key
+    if key not in never_fits:
+        req = request_for(state, spec, job.shape)
+        job.request, job.request_generation = req, state.generation
+        never_fits[key] = why_never(state, spec, req)
+    return never_fits[key] is not None
 
 
 def window_may_hold(end: QueueEnd, limit: float | None, now: float) -> bool:

@@ -34,11 +34,9 @@ from corral.core.decisions import CycleResult, Reason, Reasons
 from corral.core.jobs import PendingJob
 from corral.core.model import JobId
 from corral.core.plugins import Profile
-from corral.core.quiet import Quiet, _mark, at_time, dated
+from corral.core.quiet import Quiet, _mark, at_time, dated, out_of_reach
 from corral.core.reasons import UNIX_EPOCH_FLOOR
-from corral.core.rejections import never_fits as why_never
 from corral.core.rejections import reject_never_fitting
-from corral.core.request import request_for
 from corral.core.served import use_index
 from corral.core.state import ClusterState
 
@@ -200,16 +198,9 @@ def told(
     """What a `las` cycle after `quiet` at `now` tells a new job (None: it is looked at, or may
     be): its verdict key's answer, when the first job of that key in the order that is not
     flagged was there at the last cycle, and comes before it (`fresh`: the new jobs)."""
+    if out_of_reach(state, job, now):
+        return None
     key, spec = job.verdict_key, job.spec
-    if spec.id not in state.jobs or job.is_flagged(now) or key < 0 or job.shape is None:
-        return None
-    never_fits = state.caches.never_fits
-    if key not in never_fits:  # what the cycle's first step finds and remembers (`reject_never_fitting`)
-        req = request_for(state, spec, job.shape)
-        job.request, job.request_generation = req, state.generation
-        never_fits[key] = why_never(state, spec, req)
-    if never_fits[key] is not None:  # rejected by the cycle
-        return None
     queue = state.queues[spec.queue]
     setter = job  # the first job of its key that `consider` gives an answer it records
     for order_key in queue.by_verdict.get(key, ()):
