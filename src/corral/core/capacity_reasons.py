@@ -5,6 +5,15 @@ remembered per classes while neither the reservations nor the state apart from r
 change (`ClusterState.base_id`: a tried backfill gives it back; outside one, the reserved GPUs
 are the reservations'). The sentences themselves are remembered by `Sentences`, within a
 cycle and across cycles.
+
+Where no one reads any reason's words (`ClusterState.words_read` and `runs_read` false: the
+simulator without `on_cycle`), a capacity reason is not written (`UNREAD_WORDS`): it carries
+what decisions read, its code and `at` (the first reservation's start when it is
+`Why.BEHIND_RESERVATION`), found from the free GPUs its reservations hold counted only as far as
+the code needs (`holds_at_least`); its words are `reasons.RUNS` alone for `BEHIND_RESERVATION`
+(a walk's `PerLimit` finds the placeholder once, as in the written sentence) and empty otherwise.
+Written sentences are used where a node takes no new work or the reservation's job names the
+placeholder (then the written sentence does not hold it exactly once).
 """
 
 from __future__ import annotations
@@ -26,13 +35,27 @@ LASTING_MAX = 4096  # the sentences remembered across cycles are forgotten at th
 # one object while it is remembered (False: built anew each time; tests compare:
 # `test_verdict_memory`)
 SAME_TEMPLATE = True
+# no capacity sentence written where no one reads words (`ClusterState.words_read`; False: always
+# written; tests compare: `test_unread_words`)
+UNREAD_WORDS = True
+_UNWRITTEN_CAPACITY = Reason(Why.CAPACITY, "")
+_UNWRITTEN_TOPOLOGY = Reason(Why.TOPOLOGY, "")
 
 
 class CapacityReasons:
     """The capacity sentences of one cycle at `now`; `reservations` is the cycle's own list (read,
     never changed here), `generation` (passed with each question) names its contents."""
 
-    __slots__ = ("generation", "held_free_memo", "now", "reservations", "reserved_memo", "sentences", "state")
+    __slots__ = (
+        "generation",
+        "held_free_memo",
+        "mute",
+        "now",
+        "reservations",
+        "reserved_memo",
+        "sentences",
+        "state",
+    )
 
     def __init__(self, state: ClusterState, now: float, reservations: list[Reservation]) -> None:
         self.state = state
@@ -43,18 +66,68 @@ class CapacityReasons:
         # per node classes: (generation, reservations on them) and ((generation, base id), GPUs)
         self.reserved_memo: dict[tuple[int, ...], tuple[int, Held]] = {}
         self.held_free_memo: dict[tuple[int, ...], tuple[tuple[int, int], int]] = {}
+        # no one reads the words of this cycle's reasons (see the module)
+        self.mute = UNREAD_WORDS and not state.words_read and not state.runs_read
 
     def reason(
         self, job: PendingJob, req: Request, placed: Miss, generation: int, runs: str | None = None
     ) -> Reason:
         """Why the job does not fit now (`reasons.capacity`; `runs`: see there)."""
         self.generation = generation
+        if self.mute and not self.state.unschedulable:
+            found = self.unwritten(req, placed)
+            if found is not None:
+                return found
         limit = job.spec.time_limit
         ends_by = None if limit is None else self.now + limit
         held = self.reserved_for(req)
         if not held:
             return self.sentences.capacity(req, placed, held, generation, ends_by)
         return self.sentences.capacity(req, placed, held, generation, ends_by, self.held_free, runs)
+
+    def unwritten(self, req: Request, placed: Miss) -> Reason | None:
+        """`reason`'s code and `at`, without its words (see the module; None: written)."""
+        names = self.state.topology.span_names
+        if names[min(placed.span, len(names) - 1)] != "cluster":
+            return _UNWRITTEN_TOPOLOGY
+        held = self.reserved_for(req)
+        if not held or not self.holds_at_least(req, held, max(1, req.gpus - placed.best_gpus)):
+            return _UNWRITTEN_CAPACITY
+        job, start, _ = held[0]
+        if why_text.RUNS in job:
+            return None
+        return Reason(Why.BEHIND_RESERVATION, why_text.RUNS, start)
+
+    def holds_at_least(self, req: Request, held: Held, need: int) -> bool:
+        """Whether `held_free(req, held)` is `need` or more, counted until it is (the count is
+        remembered as `held_free`'s when it is whole)."""
+        state = self.state
+        key = (self.generation, state.base_id)
+        known = self.held_free_memo.get(req.classes)
+        if known is not None and known[0] == key:
+            return known[1] >= need
+        reserved, free = state.reserved, state.free_count
+        seen: set[int] = set()
+        total = 0
+        for _, _, nodes in held:  # (of the gang's classes: `reserved_for`)
+            for n in nodes:
+                if n not in seen:
+                    seen.add(n)
+                    if state.is_schedulable(n):
+                        total += min(reserved[n], free[n])
+                        if total >= need:
+                            return True
+        self.held_free_memo[req.classes] = (key, total)
+        return False
+
+    def per_limit(self, why: Reason, limit: float | None) -> why_text.PerLimit | None:
+        """`reasons.PerLimit.of(why, now, limit)`; where the words are not written, one with no
+        words around the placeholder whose reason is `why` itself."""
+        if self.mute and why.message.startswith(why_text.RUNS):  # (an unwritten sentence)
+            if why.message.count(why_text.RUNS) != 1:
+                return None
+            return why_text.PerLimit("", "", self.now, why)
+        return why_text.PerLimit.of(why, self.now, limit)
 
     def reserved_for(self, req: Request) -> Held:
         """(job, start, nodes) of the cycle's reservations on nodes the gang may use, earliest

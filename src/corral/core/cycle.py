@@ -264,7 +264,7 @@ class _Cycle:
         if why.code is not Why.BEHIND_RESERVATION:
             return Verdict(CAPACITY, why, part=part)
         # the sentence names when each job would end: its own time limit, filled in when read
-        per_limit = why_text.PerLimit.of(why, self.now, spec.time_limit)
+        per_limit = self.why.per_limit(why, spec.time_limit)
         return None if per_limit is None else Verdict(CAPACITY, per_limit.reason, per_limit, part)
 
     def tell(self, job: PendingJob, verdict: Verdict) -> None:

@@ -46,6 +46,10 @@ class ClusterState(AttemptTable):
         # False: the adapter never reads the reasons of the jobs a walk passes over (the simulator
         # without `on_cycle`), so a cycle does not list them (`repeats.Walk`); decisions are the same
         self.runs_read = True
+        # False (with `runs_read` false): the adapter reads no reason's words at all (the simulator
+        # without `on_cycle`), so capacity sentences are not written: a reason carries its code and
+        # `at`, which decisions read (`capacity_reasons.UNREAD_WORDS`); decisions are the same
+        self.words_read = True
         # True: the adapter reads what a cycle that decided nothing leaves for the arrivals after it
         # (`CycleResult.quiet`, `core/quiet.py`: the simulator); else no cycle builds it
         self.quiet_kept = False

@@ -254,6 +254,7 @@ class Simulation:
     def _cycle(self, now: float) -> None:
         self.stats.cycles += 1
         self.state.runs_read = self.on_cycle is not None  # else no one reads the reasons
+        self.state.words_read = self.state.runs_read  # ... nor their words
         self.state.quiet_kept = self.options.skip_quiet and self.deps is None
         result = schedule(self.state, self.profile, now)
         self._quiet = result.quiet if self.options.skip_quiet and self.deps is None else None
