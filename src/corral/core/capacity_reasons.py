@@ -9,8 +9,8 @@ cycle and across cycles.
 Where no one reads any reason's words (`ClusterState.words_read` and `runs_read` false: the
 simulator without `on_cycle`), a capacity reason is not written (`UNREAD_WORDS`): it carries
 what decisions read, its code and `at` (the first reservation's start when it is
-`Why.BEHIND_RESERVATION`), found from the free GPUs its reservations hold counted only as far as
-the code needs (`holds_at_least`); its words are `reasons.RUNS` alone for `BEHIND_RESERVATION`
+`Why.BEHIND_RESERVATION`), found from the free GPUs its reservations hold (`held_free`, which
+the code reads); its words are `reasons.RUNS` alone for `BEHIND_RESERVATION`
 (a walk's `PerLimit` finds the placeholder once, as in the written sentence) and empty otherwise.
 Written sentences are used where a node takes no new work or the reservation's job names the
 placeholder (then the written sentence does not hold it exactly once).
@@ -91,34 +91,13 @@ class CapacityReasons:
         if names[min(placed.span, len(names) - 1)] != "cluster":
             return _UNWRITTEN_TOPOLOGY
         held = self.reserved_for(req)
-        if not held or not self.holds_at_least(req, held, max(1, req.gpus - placed.best_gpus)):
+        reserved = self.held_free(req, held) if held else 0
+        if not reserved or placed.best_gpus + reserved < req.gpus:
             return _UNWRITTEN_CAPACITY
         job, start, _ = held[0]
         if why_text.RUNS in job:
             return None
         return Reason(Why.BEHIND_RESERVATION, why_text.RUNS, start)
-
-    def holds_at_least(self, req: Request, held: Held, need: int) -> bool:
-        """Whether `held_free(req, held)` is `need` or more, counted until it is (the count is
-        remembered as `held_free`'s when it is whole)."""
-        state = self.state
-        key = (self.generation, state.base_id)
-        known = self.held_free_memo.get(req.classes)
-        if known is not None and known[0] == key:
-            return known[1] >= need
-        reserved, free = state.reserved, state.free_count
-        seen: set[int] = set()
-        total = 0
-        for _, _, nodes in held:  # (of the gang's classes: `reserved_for`)
-            for n in nodes:
-                if n not in seen:
-                    seen.add(n)
-                    if state.is_schedulable(n):
-                        total += min(reserved[n], free[n])
-                        if total >= need:
-                            return True
-        self.held_free_memo[req.classes] = (key, total)
-        return False
 
     def per_limit(self, why: Reason, limit: float | None) -> why_text.PerLimit | None:
         """`reasons.PerLimit.of(why, now, limit)`; where the words are not written, one with no

@@ -61,7 +61,10 @@ def paused(by: str, since: float | None) -> Reason:
 
 
 def with_reservation(reason: Reason, start: float, now: float) -> Reason:
-    """The job's own reservation: it starts then at the latest (if running jobs end on time)."""
+    """The job's own reservation: it starts then at the latest (if running jobs end on time). An
+    unwritten capacity sentence (`unwritten`) stays unwritten."""
+    if unwritten(reason):
+        return Reason(Why.RESERVED, reason.message, start)
     return Reason(Why.RESERVED, f"{reason.message}; reserved to start at {clock(start, now)}", start)
 
 
@@ -298,6 +301,13 @@ def with_relative(message: str, at: float | None, now: float) -> str:
 
 
 RUNS = "\x00"  # in a family's capacity sentence, where each job's own end goes (`PerLimit`)
+
+
+def unwritten(reason: Reason) -> bool:
+    """Whether `reason` is a capacity sentence not written because no one reads words
+    (`capacity_reasons.UNREAD_WORDS`: empty, or the placeholder alone; a written sentence never is)."""
+    message = reason.message
+    return not message or message == RUNS
 
 
 @final
