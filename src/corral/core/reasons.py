@@ -92,7 +92,10 @@ def hold_later(reason: Reason, at: float, now: float) -> Reason:
 
 
 def with_protection(reason: Reason, until: float, now: float) -> Reason:
-    """Jobs it could preempt are inside their `min_runtime` until `until`."""
+    """Jobs it could preempt are inside their `min_runtime` until `until` (an unwritten capacity
+    sentence, `unwritten`, stays unwritten)."""
+    if unwritten(reason):
+        return Reason(reason.code, reason.message, until)
     return Reason(
         reason.code,
         f"{reason.message}; the jobs it may preempt are protected by min_runtime until {clock(until, now)}",
