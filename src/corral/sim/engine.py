@@ -156,8 +156,8 @@ class Simulation:
         `_played`); the instant to play: `t`, or a `fresh` cycle wake one of them queued earlier."""
         checkpoints = self._checkpoints
         while checkpoints and checkpoints[0][0] < t:
-            at, _, job_id, attempt = heapq.heappop(checkpoints)
-            wake = self._checkpoint(job_id, attempt, at)
+            at, _, job_id, attempt = checkpoints[0]
+            wake = self._checkpoint(job_id, attempt, at, True)
             if wake < t:
                 t = wake
         return t
@@ -183,8 +183,8 @@ class Simulation:
         while True:
             if checkpoints and checkpoints[0][0] == now:  # after ends, stops, failures, repairs
                 if not (events and events[0][0] == now and events[0][1] < _CHECKPOINT):
-                    _, _, job_id, attempt = heapq.heappop(checkpoints)
-                    self._checkpoint(job_id, attempt, now)
+                    _, _, job_id, attempt = checkpoints[0]
+                    self._checkpoint(job_id, attempt, now, True)
                     continue
             if not events or events[0][0] != now:
                 break
@@ -344,27 +344,36 @@ class Simulation:
             self._push(now + run_time, _END, (job_id, attempt_no, None))
         self._next_checkpoint(job, now)
 
-    def _next_checkpoint(self, job: SimJob, now: float) -> None:
+    def _next_checkpoint(self, job: SimJob, now: float, top: bool = False) -> None:
         """Queue the attempt's next periodic checkpoint (`SimJob.next_checkpoint`). The core learns
-        of each (`ClusterState.record_checkpoint`): what a preemption would lose is then known to it."""
+        of each (`ClusterState.record_checkpoint`): what a preemption would lose is then known to it.
+        `top`: it replaces the one at the top of the calendar, which just fell."""
         at = job.next_checkpoint(now, self.options.preemption.default_interval)
-        if at is None:
-            return
-        if FOLD_CHECKPOINTS:
+        checkpoints = self._checkpoints
+        if at is not None and FOLD_CHECKPOINTS:
             self._n += 1
-            heapq.heappush(self._checkpoints, (at, self._n, job.spec.id, job.attempt))
-        else:
+            if top:
+                heapq.heapreplace(checkpoints, (at, self._n, job.spec.id, job.attempt))
+            else:
+                heapq.heappush(checkpoints, (at, self._n, job.spec.id, job.attempt))
+            return
+        if top:
+            heapq.heappop(checkpoints)
+        if at is not None:
             self._push(at, _CHECKPOINT, (job.spec.id, job.attempt, None))
 
-    def _checkpoint(self, job_id: JobId, attempt: int, now: float) -> float:
+    def _checkpoint(self, job_id: JobId, attempt: int, now: float, top: bool = False) -> float:
         """A periodic checkpoint falls (a stale one, of an attempt that ended, is dropped): the
-        core learns of it and the next is queued; a `fresh` cycle wake when the last cycle asked
-        for one (its time is returned; infinity when none was queued)."""
+        core learns of it and the next is queued (`top`: in its place at the calendar's top); a
+        `fresh` cycle wake when the last cycle asked for one (its time is returned; infinity when
+        none was queued)."""
         running = self.state.running.get(job_id)
         if running is None or running.attempt != attempt:
+            if top:
+                heapq.heappop(self._checkpoints)
             return INFINITY
         self.state.record_checkpoint(job_id, now)
-        self._next_checkpoint(self.jobs[job_id], now)
+        self._next_checkpoint(self.jobs[job_id], now, top)
         # a cycle only if a waiting job takes victims by how little they would lose
         wakes = self._checkpoint_wakes
         spec = running.spec
