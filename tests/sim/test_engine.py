@@ -96,7 +96,11 @@ def test_periodic_checkpoints_are_reported_to_the_core(fold: bool, monkeypatch: 
 
     monkeypatch.setattr(engine, "FOLD_CHECKPOINTS", fold)
     c = cluster(nodes=1, gpus=4)
-    jobs = [job("j", 0, 2500, gpus=2, checkpoint_interval=1000.0), job("a", 1500, 1, gpus=1), job("b", 2200, 1, gpus=1)]
+    jobs = [
+        job("j", 0, 2500, gpus=2, checkpoint_interval=1000.0),
+        job("a", 1500, 1, gpus=1),
+        job("b", 2200, 1, gpus=1),
+    ]
     sim = Simulation(c, jobs, load_policy("default"), EventLog([]), SimOptions())
     seen: list[tuple[float, float]] = []
     sim.begin()

@@ -181,12 +181,12 @@ class Simulation:
         now = self.stats.end_time = t_next
         changed = False
         while True:
-            if checkpoints and checkpoints[0][0] == now:  # after ends, stops, failures, repairs
-                if not (events and events[0][0] == now and events[0][1] < _CHECKPOINT):
-                    _, _, job_id, attempt = checkpoints[0]
-                    self._checkpoint(job_id, attempt, now, True)
-                    continue
-            if not events or events[0][0] != now:
+            due = bool(events) and events[0][0] == now
+            if checkpoints and checkpoints[0][0] == now and not (due and events[0][1] < _CHECKPOINT):
+                _, _, job_id, attempt = checkpoints[0]  # after ends, stops, failures, repairs
+                self._checkpoint(job_id, attempt, now, True)
+                continue
+            if not due:
                 break
             _, kind, _, payload = heapq.heappop(events)
             if kind == _CYCLE:  # the minimum interval has passed, or the last cycle's wake-up is due
