@@ -5,8 +5,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pytest
+
 from corral.config.cluster_file import parse_cluster_config
 from corral.policies.registry import load_policy
+from corral.sim import engine
 from corral.sim.engine import SimOptions, Simulation
 from corral.sim.eventlog import EventLog
 from corral.sim.trace import TraceJob
@@ -82,24 +85,32 @@ def test_node_failures_requeue_attempts_and_the_run_ends() -> None:
     assert sum(e["event"] == "finish" for e in events) == 4
 
 
-def test_periodic_checkpoints_are_reported_to_the_core() -> None:
+@pytest.mark.parametrize("fold", [False, True])
+def test_periodic_checkpoints_are_reported_to_the_core(fold: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each checkpoint a job reaches (every `checkpoint_interval` seconds of work) is recorded on
     its running attempt, so that the core knows what a preemption would lose; none after the
-    attempt ends, and a restarted attempt counts from the progress it kept."""
+    attempt ends, and a restarted attempt counts from the progress it kept. Folded into the next
+    instant (`engine.FOLD_CHECKPOINTS`), a checkpoint is not an instant `step` plays alone, but
+    every instant after it sees it."""
     from corral.core.model import JobId
 
+    monkeypatch.setattr(engine, "FOLD_CHECKPOINTS", fold)
     c = cluster(nodes=1, gpus=4)
-    sim = Simulation(
-        c, [job("j", 0, 2500, checkpoint_interval=1000.0)], load_policy("default"), EventLog([]), SimOptions()
-    )
+    jobs = [
+        job("j", 0, 2500, gpus=2, checkpoint_interval=1000.0),
+        job("a", 1500, 1, gpus=1),
+        job("b", 2200, 1, gpus=1),
+    ]
+    sim = Simulation(c, jobs, load_policy("default"), EventLog([]), SimOptions())
     seen: list[tuple[float, float]] = []
     sim.begin()
     while sim.step():
         attempt = sim.state.running.get(JobId("j"))
         if attempt is not None:
             seen.append((sim.stats.end_time, attempt.last_checkpoint))
-    assert (1000.0, 1000.0) in seen and (2000.0, 2000.0) in seen
-    assert max(t for t, _ in seen) == 2000.0  # nothing after the last checkpoint before its end
+    assert ((1000.0, 1000.0) in seen and (2000.0, 2000.0) in seen) is not fold
+    assert (1500.0, 1000.0) in seen and (2200.0, 2000.0) in seen and (2201.0, 2000.0) in seen
+    assert max(t for t, _ in seen) == 2201.0  # nothing after the last checkpoint before its end
     assert [e for e in sim.events if e[0] > 2500.0] == []
 
 
