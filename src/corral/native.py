@@ -30,7 +30,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 PURE_ENV = "CORRAL_PURE_PYTHON"
 _SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]  # e.g. .cpython-311-x86_64-linux-gnu.so
 _POLICIES = ("fair_share", "noargs", "ordering", "quota", "tiresias", "tiresias_memo", "victims")
-_SIM = ("engine", "given", "eventlog", "metrics", "jobmodel", "ideal", "options", "simjob")
+_SIM = ("engine", "timeline", "given", "eventlog", "metrics", "jobmodel", "ideal", "options", "simjob")
 
 
 def modules(package_dir: Path = PACKAGE_DIR) -> list[str]:

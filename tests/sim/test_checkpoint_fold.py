@@ -1,4 +1,4 @@
-"""Periodic checkpoints folded into the next instant (`sim/engine.py`'s `FOLD_CHECKPOINTS`):
+"""Periodic checkpoints folded into the next instant (`sim/timeline.py`'s `FOLD_CHECKPOINTS`):
 random traces with checkpoints, node failures, preemptions and `fresh` cycle wakes, replayed with
 the fold on and off, give the same event log, the same reasons in every cycle, the same number of
 cycles and the same end; every instant the fold plays leaves the state the instant left with the
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from corral.core.decisions import CycleResult
 from corral.policies.registry import load_policy
-from corral.sim import engine
+from corral.sim import timeline
 from corral.sim.engine import SimOptions, Simulation
 from corral.sim.eventlog import EventLog
 from corral.sim.jobmodel import PreemptionCost
@@ -25,12 +25,12 @@ POLICIES = ["default", "las", "tiresias"]
 
 @contextmanager
 def fold(on: bool) -> Iterator[None]:
-    before = engine.FOLD_CHECKPOINTS
-    engine.FOLD_CHECKPOINTS = on
+    before = timeline.FOLD_CHECKPOINTS
+    timeline.FOLD_CHECKPOINTS = on
     try:
         yield
     finally:
-        engine.FOLD_CHECKPOINTS = before
+        timeline.FOLD_CHECKPOINTS = before
 
 
 def replay(

@@ -9,7 +9,7 @@ import pytest
 
 from corral.config.cluster_file import parse_cluster_config
 from corral.policies.registry import load_policy
-from corral.sim import engine
+from corral.sim import timeline
 from corral.sim.engine import SimOptions, Simulation
 from corral.sim.eventlog import EventLog
 from corral.sim.trace import TraceJob
@@ -90,11 +90,11 @@ def test_periodic_checkpoints_are_reported_to_the_core(fold: bool, monkeypatch: 
     """Each checkpoint a job reaches (every `checkpoint_interval` seconds of work) is recorded on
     its running attempt, so that the core knows what a preemption would lose; none after the
     attempt ends, and a restarted attempt counts from the progress it kept. Folded into the next
-    instant (`engine.FOLD_CHECKPOINTS`), a checkpoint is not an instant `step` plays alone, but
+    instant (`timeline.FOLD_CHECKPOINTS`), a checkpoint is not an instant `step` plays alone, but
     every instant after it sees it."""
     from corral.core.model import JobId
 
-    monkeypatch.setattr(engine, "FOLD_CHECKPOINTS", fold)
+    monkeypatch.setattr(timeline, "FOLD_CHECKPOINTS", fold)
     c = cluster(nodes=1, gpus=4)
     jobs = [
         job("j", 0, 2500, gpus=2, checkpoint_interval=1000.0),

@@ -41,19 +41,15 @@ from corral.sim.gcpause import rare_collections
 from corral.sim.ideal import IdealSpans
 from corral.sim.options import SimOptions, SimStats
 from corral.sim.simjob import JobMaker, SimJob, span_of
+from corral.sim.timeline import _CHECKPOINT, _CYCLE, _END, _FAIL_NODE, _REPAIR, _STOP, Timeline
 from corral.sim.trace import TraceJob
 
 __all__ = ["SimOptions", "SimStats", "Simulation"]  # the options live in sim/options.py
 
-_END, _STOP, _FAIL_NODE, _REPAIR, _CHECKPOINT, _CYCLE = 0, 1, 2, 3, 4, 9
 _Ending = tuple[JobId, int, "str | None"]  # the payload of _END and _STOP: job, attempt, note
-# True: the periodic checkpoints wait in a calendar of their own and those due before the next
-# instant are applied on the way to it (`_fold`), in their order, instead of each being an instant
-# `step` plays alone. False: each is a _CHECKPOINT event (tests compare: `test_checkpoint_fold`)
-FOLD_CHECKPOINTS = True
 
 
-class Simulation:
+class Simulation(Timeline):
     """One replay of one trace under one policy."""
 
     def __init__(
@@ -76,7 +72,7 @@ class Simulation:
             self.state.estimator = Estimator()
         self.ideal = IdealSpans(self.state)
         self.stats = SimStats()
-        self.jobs: dict[str, SimJob] = {}
+        self.jobs = {}
         self._factors: dict[tuple[int, int], float] = {}  # (span, ideal span) -> slowdown factor
         maker = JobMaker(cluster, self.stats.time_limit_rules)
         ordered = sorted(trace, key=lambda t: t.submit_time)  # stable: ties keep row order
@@ -85,9 +81,8 @@ class Simulation:
         self.stats.jobs = len(self.arrivals)
         # the trace's dependency column (sim/dependencies.py); None when no job has one
         self.deps: DependencyBook | None = DependencyBook.of([(t.job_id, t.dependency) for t in ordered])
-        self.events: list[tuple[float, int, int, object]] = []
-        # the periodic checkpoints, when folded: (time, sequence as in `events`, job, attempt)
-        self._checkpoints: list[tuple[float, int, JobId, int]] = []
+        self.events = []
+        self._checkpoints = []  # the periodic checkpoints, when folded (`Timeline`)
         self._n = 0
         self.rng = random.Random(options.seed)
         self.on_progress: Callable[[int], None] | None = None  # called with the jobs submitted so far
@@ -100,15 +95,10 @@ class Simulation:
         # the last cycle's `checkpoint_wakes`: a checkpoint of an attempt of these (queue, class)
         # groups may give a waiting job a victim, so a cycle follows within the seconds given
         # (half of them after the checkpoint: the checkpoints until then share that cycle)
-        self._checkpoint_wakes: dict[tuple[str, int], float] = {}
-        self._fresh_due: tuple[str, float] | None = None  # the _CYCLE event queued for them
+        self._checkpoint_wakes = {}
+        self._fresh_due = None  # the _CYCLE event queued for them
         # what the last cycle left for arrivals alone (`core/quiet.py`), while nothing else changed
         self._quiet: Quiet | None = None
-
-    # ---- set-up --------------------------------------------------------------------------
-    def _push(self, t: float, kind: int, payload: object) -> None:
-        self._n += 1
-        heapq.heappush(self.events, (t, kind, self._n, payload))
 
     # ---- the loop -----------------------------------------------------------------------
     def run(self) -> SimStats:
@@ -135,32 +125,6 @@ class Simulation:
     def arrived(self) -> int:
         """How many of the trace's jobs have been submitted so far."""
         return self._arrived
-
-    def next_time(self) -> float:
-        """The instant `step` plays next: the next arrival or event (infinity when none is left)."""
-        i = self._arrived
-        t = self.arrivals[i].trace.submit_time if i < len(self.arrivals) else INFINITY
-        t = min(t, self.events[0][0]) if self.events else t
-        return self._played(t) if self._checkpoints and self._checkpoints[0][0] < t else t
-
-    def _played(self, t: float) -> float:
-        """The instant `step` plays next when a checkpoint is due before `t`, the next arrival or
-        event: `t` (the checkpoints are folded into it), or the checkpoint's, played alone when
-        nothing comes after it or when a cycle is due (at a checkpoint, one may run)."""
-        if t == INFINITY or (self._cycle_due and self.state.jobs):
-            return self._checkpoints[0][0]
-        return t
-
-    def _fold(self, t: float) -> float:
-        """Apply the checkpoints due before `t` in their order (no cycle may follow one: see
-        `_played`); the instant to play: `t`, or a `fresh` cycle wake one of them queued earlier."""
-        checkpoints = self._checkpoints
-        while checkpoints and checkpoints[0][0] < t:
-            at, _, job_id, attempt = checkpoints[0]
-            wake = self._checkpoint(job_id, attempt, at, True)
-            if wake < t:
-                t = wake
-        return t
 
     def step(self) -> bool:
         """Play the next instant: its events (endings first), its arrivals, then a cycle if due.
@@ -234,13 +198,6 @@ class Simulation:
             self._stuck(now)
             return False
         return True
-
-    def _only_failures_due(self) -> bool:
-        """Whether nothing but node failures is due (none at all included): no end, stop,
-        checkpoint, repair or cycle wake. With nothing running and every node up, a cycle that
-        started nothing never will: a failure only takes capacity away until its repair restores
-        this very state, and what moves with the time alone asks for a cycle wake."""
-        return not self._checkpoints and all(kind == _FAIL_NODE for _, kind, _, _ in self.events)
 
     def _stuck(self, now: float) -> None:
         """Nothing runs and nothing will arrive: the rest can never start (e.g. nodes down forever)."""
@@ -344,49 +301,6 @@ class Simulation:
         else:
             self._push(now + run_time, _END, (job_id, attempt_no, None))
         self._next_checkpoint(job, now)
-
-    def _next_checkpoint(self, job: SimJob, now: float, top: bool = False) -> None:
-        """Queue the attempt's next periodic checkpoint (`SimJob.next_checkpoint`). The core learns
-        of each (`ClusterState.record_checkpoint`): what a preemption would lose is then known to it.
-        `top`: it replaces the one at the top of the calendar, which just fell."""
-        at = job.next_checkpoint(now, self.options.preemption.default_interval)
-        checkpoints = self._checkpoints
-        if at is not None and FOLD_CHECKPOINTS:
-            self._n += 1
-            if top:
-                heapq.heapreplace(checkpoints, (at, self._n, job.spec.id, job.attempt))
-            else:
-                heapq.heappush(checkpoints, (at, self._n, job.spec.id, job.attempt))
-            return
-        if top:
-            heapq.heappop(checkpoints)
-        if at is not None:
-            self._push(at, _CHECKPOINT, (job.spec.id, job.attempt, None))
-
-    def _checkpoint(self, job_id: JobId, attempt: int, now: float, top: bool = False) -> float:
-        """A periodic checkpoint falls (a stale one, of an attempt that ended, is dropped): the
-        core learns of it and the next is queued (`top`: in its place at the calendar's top); a
-        `fresh` cycle wake when the last cycle asked for one (its time is returned; infinity when
-        none was queued)."""
-        running = self.state.running.get(job_id)
-        if running is None or running.attempt != attempt:
-            if top:
-                heapq.heappop(self._checkpoints)
-            return INFINITY
-        self.state.record_checkpoint(job_id, now)
-        self._next_checkpoint(self.jobs[job_id], now, top)
-        # a cycle only if a waiting job takes victims by how little they would lose
-        wakes = self._checkpoint_wakes
-        spec = running.spec
-        within = wakes.get((spec.queue, spec.priority)) if wakes else None
-        if within is None:
-            return INFINITY
-        at = now + within / 2
-        if self._fresh_due is not None and self._fresh_due[1] <= at:
-            return INFINITY
-        self._fresh_due = ("fresh", at)
-        self._push(at, _CYCLE, self._fresh_due)
-        return at
 
     # ---- events -------------------------------------------------------------------------
     def _handle(self, kind: int, payload: object, now: float) -> bool:
