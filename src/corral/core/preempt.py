@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -29,6 +29,7 @@ from corral.core.plugins import VictimFilter, Victims
 from corral.core.reserved_victims import kept_for_reservations, reserved_short
 from corral.core.served import use_index
 from corral.core.state import ClusterState
+from corral.core.victim_domain import FREE, Cost, choose_nodes
 from corral.core.victim_nodes import NodesMemo, on_nodes
 
 
@@ -41,8 +42,6 @@ class Miss(Enum):
 
 NO_CANDIDATES = Miss.NO_CANDIDATES
 AMONG = True  # False: a ranking reads every attempt of a group that is not narrowed (tests compare)
-Cost = tuple[int, float]  # (highest class taken, lost GPU-seconds)
-_FREE: Cost = (-(1 << 62), 0.0)
 
 
 @dataclass(slots=True)
@@ -198,7 +197,7 @@ def _by_aggregates(
     def cost(node: int, gpus: int) -> Cost:
         have = avail[node] - owed.get(node, 0)
         if have >= gpus and not (whole and state.alloc[node]):
-            return _FREE
+            return FREE
         worst, lost = -(1 << 62), 0.0
         for (queue, priority), (count, since) in sorted(node_groups.at(node).items(), key=_by_class):
             if have >= gpus and not whole:
@@ -211,7 +210,7 @@ def _by_aggregates(
 
     verified: dict[int, list[RunningAttempt]] = {}
     for _ in range(4):  # the bound was too optimistic on some chosen node: tighten it there, choose again
-        nodes = _choose_nodes(state, req, potential, cost)
+        nodes = choose_nodes(state, req, potential, cost)
         if nodes is None:
             return None  # even the optimistic bound cannot hold the gang
         victims: dict[int, RunningAttempt] = {}
@@ -301,9 +300,9 @@ def _full_scan(
                 break
             worst = max(worst, i)
             have += held
-        return (worst, 0.0) if worst > _FREE[0] else _FREE
+        return (worst, 0.0) if worst > FREE[0] else FREE
 
-    nodes = _choose_nodes(state, req, {n: p for n, p in potential.items() if p >= g}, cost)
+    nodes = choose_nodes(state, req, {n: p for n, p in potential.items() if p >= g}, cost)
     if nodes is None:
         return None
     needed: dict[int, RunningAttempt] = {}
@@ -315,81 +314,6 @@ def _full_scan(
             needed.setdefault(id(a), a)
             have += held
     return _confirm(state, req, job, list(needed.values()))
-
-
-def _choose_nodes(
-    state: ClusterState, req: Request, potential: dict[int, int], cost: Callable[[int, int], Cost]
-) -> list[tuple[int, int]] | None:
-    """(node, GPUs wanted there) for the cheapest domain at the tightest feasible span."""
-    per_replica = max(1, req.gpus_per_replica)
-    if sum(1 if req.per_node else p // per_replica for p in potential.values()) < req.replicas:
-        return None
-    topo = state.topology
-    last = len(topo.span_names) - 1
-    memo: dict[tuple[int, int], Cost] = {}
-
-    def cached(node: int, gpus: int) -> Cost:
-        key = (node, gpus)
-        found = memo.get(key)
-        if found is None:
-            found = memo[key] = cost(node, gpus)
-        return found
-
-    spans = [1] if req.gpus <= max(potential.values(), default=0) and not req.per_node else []
-    spans += list(range(2, min(req.max_span, last) + 1))
-    for span in spans:
-        depth = 0 if span in (1, last) else topo.depth_of_span(span)
-        best: tuple[tuple[int, float, int], list[tuple[int, int]]] | None = None
-        for dom in topo.by_depth[depth]:
-            members = [n for n in topo.domains[dom].nodes if n in potential]
-            if span == 1:
-                # the node cheapest to free, then with the least potential (the first such node)
-                need, top = req.gpus, None
-                for n in members:
-                    have = potential[n]
-                    if have >= need:
-                        key = (cached(n, need), have)
-                        if top is None or key < top[0]:
-                            top = (key, n)
-                if top is None:
-                    continue
-                (worst, lost), _ = top[0]
-                choice = ((worst, lost, 1), [(top[1], need)])
-            else:
-                picked = _pick_in_domain(members, potential, req, per_replica, cached)
-                if picked is None:
-                    continue
-                choice = picked
-            if best is None or choice[0] < best[0]:
-                best = choice
-        if best is not None:
-            return best[1]
-    return None
-
-
-def _pick_in_domain(
-    members: list[int],
-    potential: dict[int, int],
-    req: Request,
-    per_replica: int,
-    cost: Callable[[int, int], Cost],
-) -> tuple[tuple[int, float, int], list[tuple[int, int]]] | None:
-    slots = {n: (1 if req.per_node else potential[n] // per_replica) for n in members}
-    if sum(slots.values()) < req.replicas:
-        return None
-    order = sorted(members, key=lambda n: (cost(n, slots[n] * per_replica), -slots[n]))
-    left, chosen, worst, lost = req.replicas, [], _FREE[0], 0.0
-    for n in order:
-        take = min(left, slots[n])
-        if take <= 0:
-            continue
-        c = cost(n, take * per_replica)
-        worst, lost = max(worst, c[0]), lost + c[1]
-        chosen.append((n, take * per_replica))
-        left -= take
-        if left == 0:
-            break
-    return (worst, lost, len(chosen)), chosen
 
 
 def _confirm(

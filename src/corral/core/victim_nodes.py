@@ -162,7 +162,7 @@ def _too_few(
     memo: NodesMemo | None,
 ) -> bool:
     """Whether the free GPUs and the candidates' together hold fewer than `replicas` replicas of
-    `per_replica` GPUs: then `preempt._choose_nodes` finds no nodes (a node's potential is at most
+    `per_replica` GPUs: then `victim_domain.choose_nodes` finds no nodes (a node's potential is at most
     its available GPUs plus what its candidates hold there; `sum(p // g) <= sum(p) // g`). A running
     attempt holds one mask of `gpus_per_replica` GPUs per replica: `spec.gpus` in all."""
     if memo is not None and REMEMBER_NODES and memo.counted[0] is candidates:
