@@ -26,6 +26,7 @@ from corral.core.jobs import PendingJob
 from corral.core.placement import Miss, Request
 from corral.core.reserve import Reservation
 from corral.core.state import ClusterState
+from corral.core.topology import CLUSTER
 
 Held = list[tuple[str, float, tuple[int, ...]]]  # (job, start, nodes) of reservations, earliest first
 REMEMBER_SENTENCES = True  # False: every capacity sentence built anew (tests compare: `Sentences`)
@@ -87,8 +88,7 @@ class CapacityReasons:
 
     def unwritten(self, req: Request, placed: Miss) -> Reason | None:
         """`reason`'s code and `at`, without its words (see the module; None: written)."""
-        names = self.state.topology.span_names
-        if names[min(placed.span, len(names) - 1)] != "cluster":
+        if why_text.scope_of(self.state, placed) != CLUSTER:
             return _UNWRITTEN_TOPOLOGY
         held = self.reserved_for(req)
         reserved = self.held_free(req, held) if held else 0

@@ -17,6 +17,7 @@ from corral.core.estimates import Estimate
 from corral.core.model import NodeState
 from corral.core.placement import Miss, Request
 from corral.core.state import ClusterState
+from corral.core.topology import CLUSTER
 
 UNIX_EPOCH_FLOOR = 1e9  # a time at or above this is Unix time (after 2001); below, a simulation's seconds
 _NAMES_SHOWN = 3
@@ -123,9 +124,8 @@ def capacity(
     would end, instead of `runs_until(ends_by, now)` (a walk's placeholder: `PerLimit`).
     """
     need = gang(req.replicas, req.gpus_per_replica)
-    names = state.topology.span_names
-    scope = names[min(miss.span, len(names) - 1)]
-    if scope == "cluster":
+    scope = scope_of(state, miss)
+    if scope == CLUSTER:
         free = "1 GPU is" if miss.best_gpus == 1 else f"{miss.best_gpus} GPUs are"
         text, code, at = f"needs {need}; {free} free in the cluster", Why.CAPACITY, None
         reserved = 0
@@ -181,9 +181,8 @@ def lasting_key(
     values give the same sentence in any cycle while static capacity holds (the state's caches,
     which hold these sentences, are replaced when it changes; the request is named by its id, the
     memory holding it). None: a sentence naming a span's best domain, not remembered."""
-    names = state.topology.span_names
-    scope = names[min(miss.span, len(names) - 1)]
-    if scope == "cluster":
+    scope = scope_of(state, miss)
+    if scope == CLUSTER:
         unavailable = _unavailable(state, req)
         reserved = 0
         if reservations:
@@ -304,6 +303,13 @@ def with_relative(message: str, at: float | None, now: float) -> str:
 
 
 RUNS = "\x00"  # in a family's capacity sentence, where each job's own end goes (`PerLimit`)
+
+
+def scope_of(state: ClusterState, miss: Miss) -> str:
+    """The span a capacity miss names: `CLUSTER` (the cluster's free GPUs), else the tightest
+    domain the gang must fit (a topology reason)."""
+    names = state.topology.span_names
+    return names[min(miss.span, len(names) - 1)]
 
 
 def unwritten(reason: Reason) -> bool:
