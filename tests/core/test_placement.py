@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from corral.core.decisions import Why
 from corral.core.model import JobSpec, NodeName, NodeSpec, NodeState
+from corral.core.placement import Request
 from tests.helpers import check_no_double_allocation, job, nodes, occupy, run, started_on, state_of
 
 
@@ -173,3 +177,20 @@ def test_a_gang_that_fits_one_node_by_gpus_is_not_put_where_its_cpus_are_gone() 
     assert "late" not in started_on(result)
     assert min(state.free_cpus) == 0
     check_no_double_allocation(state)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ints=st.lists(st.integers(0, 64), min_size=4, max_size=4),
+    tuples=st.lists(st.lists(st.integers(0, 7), max_size=3).map(tuple), min_size=3, max_size=3),
+    per_node=st.booleans(),
+    memory=st.floats(0, 1024, allow_nan=False),
+)
+def test_a_request_hashes_as_the_dataclass_would(
+    ints: list[int], tuples: list[tuple[int, ...]], per_node: bool, memory: float
+) -> None:
+    """`Request.__hash__` (written out, compiled natively) is the hash of the fields' tuple, the
+    one dataclasses generate: sets and memories of requests see the same hashes either way."""
+    req = Request(ints[0], ints[1], tuples[0], ints[2], per_node, ints[3], memory, tuples[1], tuples[2])
+    assert hash(req) == hash(tuple(getattr(req, f.name) for f in dataclasses.fields(req)))
+    assert req == dataclasses.replace(req) and hash(req) == hash(dataclasses.replace(req))

@@ -33,6 +33,9 @@ run with the memory and without it: every decision and reason must match.
 - `reserve.REPLICA_BOUND`: a backfill attempt's miss with reservations lifted (`misses_lifted`) is
   told by counting the cluster's whole replicas (`counted.replicas_with`) before `place_counts`.
   The histories differ when the count says a miss with enough replicas (`<=` for `<`).
+- `nodes.STILL_NODES`: a change of reserved GPUs alone does not move in the index a node that
+  offers nothing before and after it (`tests/core/test_still_nodes.py` compares the index with the
+  masks after random changes).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corral.core import backfill, narrow, preemption, reserve
+from corral.core import backfill, narrow, nodes, preemption, reserve
 from tests.core.test_preemption_memo import both, busy
 from tests.core.test_repeats import play
 from tests.core.test_victim_nodes import mixed
@@ -60,6 +63,7 @@ SWITCHES = pytest.mark.parametrize(
         (narrow, "FEW_NODES"),
         (backfill, "REMEMBER_ENDS"),
         (reserve, "REPLICA_BOUND"),
+        (nodes, "STILL_NODES"),
     ],
 )
 POLICIES = st.sampled_from(["las", "default", "tiresias"])

@@ -7,6 +7,7 @@ node: they may stop at different releases that end at the same time."""
 from __future__ import annotations
 
 from bisect import bisect_left
+from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -110,3 +111,34 @@ def test_an_undone_change_gives_back_the_id_and_a_change_outside_the_plan_a_fres
     outside = state.base_id
     state.plan.rollback(mark)
     assert state.base_id not in (start, taken, outside)  # not the id of the state before the take
+
+
+@dataclass(frozen=True, slots=True)
+class _AsDataclass:
+    """`reserve.Reservation` as the frozen dataclass it was."""
+
+    job: str
+    start: float
+    capacity: tuple[tuple[int, int], ...]
+
+
+_RESERVATIONS = st.tuples(
+    st.sampled_from(["a", "b"]),
+    st.sampled_from([0.0, 1.5, INFINITY]),
+    st.lists(st.tuples(st.integers(0, 3), st.integers(1, 2)), max_size=2).map(tuple),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(one=_RESERVATIONS, other=_RESERVATIONS)
+def test_a_reservation_is_a_value_as_its_dataclass_was(
+    one: tuple[str, float, tuple[tuple[int, int], ...]],
+    other: tuple[str, float, tuple[tuple[int, int], ...]],
+) -> None:
+    """Written out (so that the compiled core builds it natively), a `Reservation` compares,
+    hashes and prints as the frozen dataclass did."""
+    a, b = reserve.Reservation(*one), reserve.Reservation(*other)
+    da, db = _AsDataclass(*one), _AsDataclass(*other)
+    assert (a == b) == (da == db) and (a != b) == (da != db)
+    assert hash(a) == hash(da) and a != da and a != one
+    assert repr(a) == repr(da).replace("_AsDataclass", "Reservation")

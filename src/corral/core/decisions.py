@@ -213,9 +213,10 @@ def _cut(
     return out
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CycleResult:
-    """Everything one cycle decided, and a reason for every pending job it looked at."""
+    """Everything one cycle decided, and a reason for every pending job it looked at. (`__init__`
+    written out, as dataclasses would make it: the compiled core runs it natively; two per cycle.)"""
 
     now: float
     starts: list[Start] = field(default_factory=list)
@@ -236,6 +237,34 @@ class CycleResult:
     checkpoint_wakes: dict[tuple[str, int], float] = field(default_factory=dict)
     # what this cycle leaves for a later one after arrivals alone (`core/quiet.py`; None: nothing)
     quiet: Quiet | None = None
+
+    def __init__(
+        self,
+        now: float,
+        starts: list[Start] | None = None,
+        preemptions: list[Preempt] | None = None,
+        nominations: list[Nominate] | None = None,
+        reservations: list[Reserve] | None = None,
+        rejections: list[Reject] | None = None,
+        reasons: Reasons | None = None,
+        others: Reason | None = None,
+        considered: int = 0,
+        next_wake: float = INFINITY,
+        checkpoint_wakes: dict[tuple[str, int], float] | None = None,
+        quiet: Quiet | None = None,
+    ) -> None:
+        self.now = now
+        self.starts = [] if starts is None else starts
+        self.preemptions = [] if preemptions is None else preemptions
+        self.nominations = [] if nominations is None else nominations
+        self.reservations = [] if reservations is None else reservations
+        self.rejections = [] if rejections is None else rejections
+        self.reasons = Reasons() if reasons is None else reasons
+        self.others = others
+        self.considered = considered
+        self.next_wake = next_wake
+        self.checkpoint_wakes = {} if checkpoint_wakes is None else checkpoint_wakes
+        self.quiet = quiet
 
     def wake_at(self, t: float) -> None:
         """Something this cycle decided changes at `t` (ignored unless after `now`)."""

@@ -166,9 +166,10 @@ def shape_of(spec: JobSpec) -> tuple[object, ...]:
     )
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class RunningAttempt:
-    """One live attempt of a job on one placement."""
+    """One live attempt of a job on one placement. (`__init__` written out, as dataclasses would
+    make it: the compiled core runs it natively.)"""
 
     job: PendingJob
     attempt: int
@@ -188,6 +189,42 @@ class RunningAttempt:
     estimated_end: float = INFINITY
     estimate: Estimate | None = None
     estimate_key: tuple[float, int, JobId] | None = None
+
+    def __init__(
+        self,
+        job: PendingJob,
+        attempt: int,
+        placement: list[tuple[int, int]],
+        start: float,
+        limit_end: float,
+        last_checkpoint: float,
+        cpus: int = 0,
+        memory_gib: float = 0.0,
+        exclusive: bool = False,
+        preempting_deadline: float | None = None,
+        preempted_by: JobId | None = None,
+        end_key: tuple[float, int, JobId] | None = None,
+        candidate: int = 0,
+        estimated_end: float = INFINITY,
+        estimate: Estimate | None = None,
+        estimate_key: tuple[float, int, JobId] | None = None,
+    ) -> None:
+        self.job = job
+        self.attempt = attempt
+        self.placement = placement
+        self.start = start
+        self.limit_end = limit_end
+        self.last_checkpoint = last_checkpoint
+        self.cpus = cpus
+        self.memory_gib = memory_gib
+        self.exclusive = exclusive
+        self.preempting_deadline = preempting_deadline
+        self.preempted_by = preempted_by
+        self.end_key = end_key
+        self.candidate = candidate
+        self.estimated_end = estimated_end
+        self.estimate = estimate
+        self.estimate_key = estimate_key
 
     @property
     def spec(self) -> JobSpec:

@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from corral.core.placement import Request
 
 
+# a change of reserved GPUs alone skips the move in the index of a node that offers nothing before
+# and after it (no free GPU beyond its reserved ones, and none offered now); False: always moved
+STILL_NODES = True
+
+
 @dataclass(frozen=True, slots=True)
 class NodeClass:
     """Nodes that a filter cannot tell apart: same GPUs, model, memory, CPUs, NVLink and labels."""
@@ -347,7 +352,9 @@ class NodeTable:
         """Add (`sign` 1) or take back (-1) reserved GPUs per (node, GPUs), through the plan (one
         entry for them all)."""
         reserved, reserved_at = self.reserved, self.reserved_at
+        free_count, avail = self.free_count, self.index.avail
         before: list[tuple[int, int]] = []
+        still = STILL_NODES
         for node, gpus in capacity:
             count = reserved[node]
             before.append((node, count))
@@ -357,7 +364,9 @@ class NodeTable:
                 reserved_at[node] = count
             elif node in reserved_at:
                 del reserved_at[node]
-            self._move(node)
+            if not (still and free_count[node] <= count and avail[node] == 0):
+                self._move(node)
+        self.node_version += 1  # (`_move` skipped where the node offers nothing before and after)
         self.plan.record(self._restore_reserved, before)
 
     def _restore_reserved(self, before: list[tuple[int, int]]) -> None:
@@ -367,11 +376,15 @@ class NodeTable:
     def drop_reserved(self, capacity: tuple[tuple[int, int], ...]) -> None:
         """Drop the reservations of these nodes outside the plan (at the end of a cycle)."""
         reserved, reserved_at = self.reserved, self.reserved_at
+        free_count, avail = self.free_count, self.index.avail
+        still = STILL_NODES
         for node, _ in capacity:
             if reserved[node]:
                 reserved[node] = 0
                 del reserved_at[node]
-                self._move(node)
+                if not (still and free_count[node] == 0 and avail[node] == 0):
+                    self._move(node)
+        self.node_version += 1
 
     def _set_reserved_raw(self, node: int, count: int) -> None:
         self.reserved[node] = count
@@ -379,6 +392,9 @@ class NodeTable:
             self.reserved_at[node] = count
         elif node in self.reserved_at:
             del self.reserved_at[node]
+        if STILL_NODES and self.free_count[node] <= count and self.index.avail[node] == 0:
+            self.node_version += 1  # (the node offers nothing before and after: nothing to move)
+            return
         self._move(node)  # (no mask changed: the free counts stand)
 
     def set_held(self, node: int, mask: int) -> None:

@@ -35,6 +35,23 @@ class Request:
     def gpus(self) -> int:
         return self.replicas * self.gpus_per_replica
 
+    def __hash__(self) -> int:
+        """The hash dataclasses would give (the fields' tuple), written out so that the compiled
+        core computes it natively: requests key the reservation searches' memories."""
+        return hash(
+            (
+                self.replicas,
+                self.gpus_per_replica,
+                self.classes,
+                self.max_span,
+                self.per_node,
+                self.cpus,
+                self.memory,
+                self.single_group,
+                self.multi_group,
+            )
+        )
+
 
 class Miss:
     """Why a gang did not fit now: the most replicas any allowed domain could hold. (A class

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from heapq import merge
 
 from corral.core.counted import NeedsAll, countable, place_counts, replicas_with
@@ -24,11 +23,28 @@ from corral.core.probes import CountedProbe, Probe, ReleasedProbe, WholeProbe, g
 from corral.core.state import ClusterState
 
 
-@dataclass(frozen=True, slots=True)
 class Reservation:
-    job: str
-    start: float
-    capacity: tuple[tuple[int, int], ...]  # (node id, GPUs)
+    """Concrete capacity held for `job` from `start` on: (node id, GPUs) pairs. A value (equal and
+    hashed by its fields, as the frozen dataclass it was); a class written out, so that the
+    compiled core builds it natively (a dataclass's generated `__init__` runs interpreted)."""
+
+    __slots__ = ("capacity", "job", "start")
+
+    def __init__(self, job: str, start: float, capacity: tuple[tuple[int, int], ...]) -> None:
+        self.job = job
+        self.start = start
+        self.capacity = capacity  # (node id, GPUs)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Reservation):
+            return NotImplemented
+        return self.job == other.job and self.start == other.start and self.capacity == other.capacity
+
+    def __hash__(self) -> int:
+        return hash((self.job, self.start, self.capacity))
+
+    def __repr__(self) -> str:
+        return f"Reservation(job={self.job!r}, start={self.start!r}, capacity={self.capacity!r})"
 
 
 # (base id, reserved GPUs, answer, what its search read or None): `ClusterState.fit_memo`
